@@ -1,0 +1,347 @@
+//! Key and row encodings.
+//!
+//! **Keys** are memcomparable: byte order equals value order, so ordered indexes can use them
+//! as they are. Int: 8 bytes big-endian with the sign bit flipped. Uint: 8 bytes big-endian.
+//! Bool: one byte. Text/Bytes: every 0x00 byte written as 0x00 0xFF, then 0x00 0x00 as the end.
+//!
+//! **Rows** (the compact in-memory format): a null bitmap (one bit per column, LSB first), then
+//! the fixed part — an 8-byte little-endian slot for every Int/Uint/Float column and a 1-byte
+//! slot for every Bool column, reserved even when NULL so fixed columns sit at known offsets —
+//! then the variable part: for every non-NULL Text/Bytes column in column order, a LEB128 length
+//! and the bytes.
+
+use crate::error::{ErrorCode, ShoalError};
+use crate::hash;
+use crate::types::{Column, ColumnType, Table, Value, MAX_KEY_BYTES, MAX_ROW_BYTES};
+
+fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
+    ShoalError::new(code, msg)
+}
+
+/// Checks `v` against `col` and converts it to the column's own type where that loses nothing
+/// (an Int into a Uint column when non-negative, an integer into a Float column, ...).
+pub fn coerce(col: &Column, v: Value) -> Result<Value, ShoalError> {
+    let mismatch = |v: &Value| {
+        err(
+            ErrorCode::TypeMismatch,
+            format!("column {} is {} but got {}", col.name, col.ty.name(), v.type_name()),
+        )
+    };
+    let out = match (col.ty, v) {
+        (_, Value::Null) => {
+            if !col.nullable {
+                return Err(err(ErrorCode::NullViolation, format!("column {} cannot be NULL", col.name)));
+            }
+            Value::Null
+        }
+        (ColumnType::Int, Value::Int(i)) => Value::Int(i),
+        (ColumnType::Int, Value::Uint(u)) => Value::Int(i64::try_from(u).map_err(|_| {
+            err(ErrorCode::TypeMismatch, format!("value {u} is out of range for column {}", col.name))
+        })?),
+        (ColumnType::Int, Value::Bool(b)) => Value::Int(i64::from(b)),
+        (ColumnType::Uint, Value::Uint(u)) => Value::Uint(u),
+        (ColumnType::Uint, Value::Int(i)) => Value::Uint(u64::try_from(i).map_err(|_| {
+            err(ErrorCode::TypeMismatch, format!("value {i} is out of range for column {}", col.name))
+        })?),
+        (ColumnType::Float, Value::Float(f)) => Value::Float(f),
+        (ColumnType::Float, Value::Int(i)) => Value::Float(i as f64),
+        (ColumnType::Float, Value::Uint(u)) => Value::Float(u as f64),
+        (ColumnType::Bool, Value::Bool(b)) => Value::Bool(b),
+        (ColumnType::Bool, Value::Int(i @ (0 | 1))) => Value::Bool(i == 1),
+        (ColumnType::Text, Value::Text(s)) => Value::Text(s),
+        (ColumnType::Bytes, Value::Bytes(b)) => Value::Bytes(b),
+        (ColumnType::Bytes, Value::Text(s)) => Value::Bytes(s.into_bytes()),
+        (_, v) => return Err(mismatch(&v)),
+    };
+    let len = match &out {
+        Value::Text(s) => s.len(),
+        Value::Bytes(b) => b.len(),
+        _ => 0,
+    };
+    if len > col.max_len as usize && col.ty.is_var() {
+        return Err(err(
+            ErrorCode::TooLarge,
+            format!("value of {len} bytes is longer than column {} allows ({})", col.name, col.max_len),
+        ));
+    }
+    Ok(out)
+}
+
+fn encode_key_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Int(i) => out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes()),
+        Value::Uint(u) => out.extend_from_slice(&u.to_be_bytes()),
+        Value::Bool(b) => out.push(u8::from(*b)),
+        Value::Text(s) => encode_key_bytes(out, s.as_bytes()),
+        Value::Bytes(b) => encode_key_bytes(out, b),
+        // Excluded by TableSpec::normalize (no FLOAT keys) and coerce (no NULL keys).
+        Value::Float(f) => out.extend_from_slice(&f.to_bits().to_be_bytes()),
+        Value::Null => {}
+    }
+}
+
+fn encode_key_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    for &c in b {
+        out.push(c);
+        if c == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+}
+
+/// Validates primary key values (in primary key order) and encodes them.
+pub fn encode_key(table: &Table, key: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>), ShoalError> {
+    let pk = &table.spec.primary_key;
+    if key.len() != pk.len() {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            format!("table {} has {} primary key columns, got {} values", table.name(), pk.len(), key.len()),
+        ));
+    }
+    let mut values = Vec::with_capacity(key.len());
+    let mut out = Vec::with_capacity(16);
+    for (&i, v) in pk.iter().zip(key) {
+        let v = coerce(&table.spec.columns[i as usize], v)?;
+        encode_key_value(&mut out, &v);
+        values.push(v);
+    }
+    if out.len() > MAX_KEY_BYTES {
+        return Err(err(
+            ErrorCode::TooLarge,
+            format!("primary key of {} bytes exceeds the limit of {MAX_KEY_BYTES}", out.len()),
+        ));
+    }
+    Ok((out, values))
+}
+
+/// Partition of a key given as coerced primary key values (in primary key order).
+pub fn partition_of_key(table: &Table, key: &[Value]) -> u32 {
+    let spec = &table.spec;
+    let mut buf = Vec::with_capacity(16);
+    for &col in &spec.partition_key {
+        if let Some(pos) = spec.primary_key.iter().position(|&k| k == col) {
+            if let Some(v) = key.get(pos) {
+                encode_key_value(&mut buf, v);
+            }
+        }
+    }
+    hash::partition_of(&buf, table.partition_count)
+}
+
+/// Validates a full row (every column, the hidden key included) and coerces its values.
+pub fn check_row(table: &Table, row: Vec<Value>) -> Result<Vec<Value>, ShoalError> {
+    let cols = table.columns();
+    if row.len() != cols.len() {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            format!("table {} has {} columns, got {} values", table.name(), cols.len(), row.len()),
+        ));
+    }
+    cols.iter().zip(row).map(|(c, v)| coerce(c, v)).collect()
+}
+
+fn fixed_width(ty: ColumnType) -> usize {
+    match ty {
+        ColumnType::Int | ColumnType::Uint | ColumnType::Float => 8,
+        ColumnType::Bool => 1,
+        ColumnType::Text | ColumnType::Bytes => 0,
+    }
+}
+
+/// Encodes a row already checked by [`check_row`].
+pub fn encode_row(table: &Table, row: &[Value]) -> Result<Vec<u8>, ShoalError> {
+    let cols = table.columns();
+    debug_assert_eq!(cols.len(), row.len());
+    let bitmap = cols.len().div_ceil(8);
+    let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
+    let mut out = vec![0u8; bitmap + fixed];
+    let mut off = bitmap;
+    for (i, (c, v)) in cols.iter().zip(row).enumerate() {
+        let w = fixed_width(c.ty);
+        match v {
+            Value::Null => out[i / 8] |= 1 << (i % 8),
+            Value::Int(x) => out[off..off + 8].copy_from_slice(&x.to_le_bytes()),
+            Value::Uint(x) => out[off..off + 8].copy_from_slice(&x.to_le_bytes()),
+            Value::Float(x) => out[off..off + 8].copy_from_slice(&x.to_bits().to_le_bytes()),
+            Value::Bool(b) => out[off] = u8::from(*b),
+            Value::Text(_) | Value::Bytes(_) => {}
+        }
+        off += w;
+    }
+    for (c, v) in cols.iter().zip(row) {
+        let bytes: &[u8] = match v {
+            Value::Text(s) if c.ty.is_var() => s.as_bytes(),
+            Value::Bytes(b) if c.ty.is_var() => b,
+            _ => continue,
+        };
+        let mut len = bytes.len() as u64;
+        loop {
+            let b = (len & 0x7f) as u8;
+            len >>= 7;
+            if len == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        }
+        out.extend_from_slice(bytes);
+    }
+    if out.len() > MAX_ROW_BYTES {
+        return Err(err(
+            ErrorCode::TooLarge,
+            format!("row of {} bytes exceeds the limit of {MAX_ROW_BYTES}", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
+fn corrupt(what: &str) -> ShoalError {
+    err(ErrorCode::Internal, format!("corrupt row: {what}"))
+}
+
+/// Decodes a row written by [`encode_row`] for the same table layout.
+pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> {
+    let cols = table.columns();
+    let bitmap = cols.len().div_ceil(8);
+    let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
+    if data.len() < bitmap + fixed {
+        return Err(corrupt("shorter than its fixed part"));
+    }
+    let is_null = |i: usize| data[i / 8] & (1 << (i % 8)) != 0;
+    let mut off = bitmap;
+    let mut var = bitmap + fixed;
+    let mut out = Vec::with_capacity(cols.len());
+    for (i, c) in cols.iter().enumerate() {
+        let w = fixed_width(c.ty);
+        let slot = &data[off..off + w];
+        off += w;
+        if is_null(i) {
+            out.push(Value::Null);
+            continue;
+        }
+        let eight = || -> [u8; 8] { slot.try_into().unwrap_or([0; 8]) };
+        let v = match c.ty {
+            ColumnType::Int => Value::Int(i64::from_le_bytes(eight())),
+            ColumnType::Uint => Value::Uint(u64::from_le_bytes(eight())),
+            ColumnType::Float => Value::Float(f64::from_bits(u64::from_le_bytes(eight()))),
+            ColumnType::Bool => Value::Bool(slot[0] != 0),
+            ColumnType::Text | ColumnType::Bytes => {
+                let mut len: u64 = 0;
+                let mut shift = 0;
+                loop {
+                    let b = *data.get(var).ok_or_else(|| corrupt("truncated length"))?;
+                    var += 1;
+                    len |= u64::from(b & 0x7f) << shift;
+                    if b & 0x80 == 0 {
+                        break;
+                    }
+                    shift += 7;
+                    if shift > 28 {
+                        return Err(corrupt("length too long"));
+                    }
+                }
+                let end = var + len as usize;
+                let bytes = data.get(var..end).ok_or_else(|| corrupt("truncated value"))?;
+                var = end;
+                if c.ty == ColumnType::Text {
+                    Value::Text(String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("invalid UTF-8"))?)
+                } else {
+                    Value::Bytes(bytes.to_vec())
+                }
+            }
+        };
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// Byte offset of a fixed-width column inside an encoded row, for filters that read one column
+/// without decoding the row. None for variable-width columns.
+pub fn fixed_offset(table: &Table, column: usize) -> Option<usize> {
+    let cols = table.columns();
+    let c = cols.get(column)?;
+    if c.ty.is_var() {
+        return None;
+    }
+    Some(cols.len().div_ceil(8) + cols[..column].iter().map(|c| fixed_width(c.ty)).sum::<usize>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::TableSpec;
+
+    fn table() -> Table {
+        let spec = TableSpec {
+            name: "t".into(),
+            columns: vec![
+                Column::new("id", ColumnType::Int),
+                Column::new("name", ColumnType::Text).nullable(),
+                Column::new("score", ColumnType::Float).nullable(),
+                Column::new("ok", ColumnType::Bool),
+                Column::new("blob", ColumnType::Bytes).nullable(),
+            ],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let (spec, hidden_pk) = spec.normalize().unwrap();
+        Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk }
+    }
+
+    #[test]
+    fn row_round_trip() {
+        let t = table();
+        let row = vec![
+            Value::Int(-5),
+            Value::Text("héllo".into()),
+            Value::Null,
+            Value::Bool(true),
+            Value::Bytes(vec![0; 300]),
+        ];
+        let row = check_row(&t, row).unwrap();
+        let enc = encode_row(&t, &row).unwrap();
+        assert_eq!(decode_row(&t, &enc).unwrap(), row);
+        // Any truncation is an error, never a panic.
+        for cut in 0..enc.len() {
+            let _ = decode_row(&t, &enc[..cut]);
+        }
+        assert!(decode_row(&t, &enc[..enc.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn keys_sort_like_values() {
+        let t = table();
+        let keys: Vec<i64> = vec![i64::MIN, -7, -1, 0, 1, 42, i64::MAX];
+        let enc: Vec<Vec<u8>> = keys.iter().map(|&k| encode_key(&t, vec![Value::Int(k)]).unwrap().0).collect();
+        let mut sorted = enc.clone();
+        sorted.sort();
+        assert_eq!(enc, sorted);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let t = table();
+        let e = check_row(&t, vec![Value::Text("x".into()); 5]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TypeMismatch);
+        let e = check_row(&t, vec![Value::Null, Value::Null, Value::Null, Value::Bool(true), Value::Null])
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NullViolation);
+        let e = encode_key(&t, vec![]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        let mut row = vec![Value::Int(1), Value::Null, Value::Null, Value::Bool(false), Value::Null];
+        row[1] = Value::Text("x".repeat(5000));
+        assert_eq!(check_row(&t, row).unwrap_err().code, ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn fixed_offsets_point_at_slots() {
+        let t = table();
+        let row = check_row(&t, vec![Value::Int(9), Value::Null, Value::Float(2.5), Value::Bool(true), Value::Null])
+            .unwrap();
+        let enc = encode_row(&t, &row).unwrap();
+        let off = fixed_offset(&t, 2).unwrap();
+        assert_eq!(f64::from_bits(u64::from_le_bytes(enc[off..off + 8].try_into().unwrap())), 2.5);
+        assert_eq!(fixed_offset(&t, 1), None);
+    }
+}

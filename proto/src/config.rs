@@ -1,0 +1,149 @@
+//! The cluster configuration file (`cluster.toml`), NDB's config.ini counterpart. Every process
+//! reads the same file; `shoal up` writes one for a local cluster.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::NodeId;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub cluster: ClusterSection,
+    #[serde(default)]
+    pub mgmd: Vec<MgmdConfig>,
+    #[serde(default)]
+    pub datanode: Vec<DataNodeConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Replicas per node group (1–4).
+    pub replicas: u32,
+    /// Partitions per table = node groups × this.
+    #[serde(default = "default_partitions_per_node_group")]
+    pub partitions_per_node_group: u32,
+    /// How often data nodes heartbeat mgmd.
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+    /// How long a data node may act as primary after sending a heartbeat that mgmd answered.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// mgmd declares a data node dead this long after its last heartbeat. Must exceed
+    /// `lease_ms` plus the leader-confirmation window, so a node is always fenced by its own
+    /// lease before anyone else is promoted.
+    #[serde(default = "default_failure_timeout_ms")]
+    pub failure_timeout_ms: u64,
+}
+
+fn default_name() -> String {
+    "shoal".into()
+}
+fn default_partitions_per_node_group() -> u32 {
+    8
+}
+fn default_heartbeat_interval_ms() -> u64 {
+    100
+}
+fn default_lease_ms() -> u64 {
+    600
+}
+fn default_failure_timeout_ms() -> u64 {
+    1000
+}
+
+/// How long an mgmd leader's confirmation by a Raft quorum stays good for granting leases.
+pub const LEADER_CONFIRM_WINDOW_MS: u64 = 200;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MgmdConfig {
+    pub id: NodeId,
+    /// host:port of its gRPC endpoint.
+    pub addr: String,
+    pub data_dir: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataNodeConfig {
+    pub id: NodeId,
+    pub addr: String,
+    pub node_group: u32,
+    pub data_dir: String,
+    /// Memory for rows and keys; a full node answers TABLE_FULL.
+    #[serde(default = "default_data_memory_mb")]
+    pub data_memory_mb: u64,
+}
+
+fn default_data_memory_mb() -> u64 {
+    1024
+}
+
+impl ClusterConfig {
+    pub fn load(path: &Path) -> Result<ClusterConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        let cfg: ClusterConfig = toml::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
+        cfg.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(cfg)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    pub fn node_groups(&self) -> u32 {
+        self.datanode.iter().map(|d| d.node_group + 1).max().unwrap_or(0)
+    }
+
+    pub fn partition_count(&self) -> u32 {
+        self.node_groups() * self.cluster.partitions_per_node_group
+    }
+
+    pub fn mgmd_addrs(&self) -> Vec<String> {
+        self.mgmd.iter().map(|m| m.addr.clone()).collect()
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let c = &self.cluster;
+        if !(1..=4).contains(&c.replicas) {
+            return Err(format!("replicas must be 1..=4, not {}", c.replicas));
+        }
+        if !(1..=256).contains(&c.partitions_per_node_group) {
+            return Err("partitions_per_node_group must be 1..=256".into());
+        }
+        if c.heartbeat_interval_ms == 0 || c.lease_ms < 2 * c.heartbeat_interval_ms {
+            return Err("lease_ms must be at least two heartbeat intervals".into());
+        }
+        if c.failure_timeout_ms <= c.lease_ms + LEADER_CONFIRM_WINDOW_MS {
+            return Err(format!(
+                "failure_timeout_ms must exceed lease_ms + {LEADER_CONFIRM_WINDOW_MS} so a cut-off primary fences itself before a backup is promoted"
+            ));
+        }
+        if self.mgmd.is_empty() || self.mgmd.len() == 2 || self.mgmd.len() > 5 {
+            return Err("there must be 1, 3 or 5 mgmd nodes".into());
+        }
+        if self.datanode.is_empty() {
+            return Err("there must be at least one data node".into());
+        }
+        let mut ids: Vec<NodeId> = self.mgmd.iter().map(|m| m.id).chain(self.datanode.iter().map(|d| d.id)).collect();
+        if ids.contains(&0) {
+            return Err("node id 0 is reserved".into());
+        }
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err("node ids must be unique".into());
+        }
+        for g in 0..self.node_groups() {
+            let n = self.datanode.iter().filter(|d| d.node_group == g).count() as u32;
+            if n != c.replicas {
+                return Err(format!("node group {g} has {n} data nodes; every group needs exactly {}", c.replicas));
+            }
+        }
+        Ok(())
+    }
+}

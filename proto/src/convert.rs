@@ -1,0 +1,292 @@
+//! Protobuf ⇄ domain conversions. Incoming messages are validated here (`TryFrom`), so code
+//! past the RPC layer never sees an unchecked enum or a missing field.
+
+use crate::error::{ErrorCode, ShoalError};
+use crate::pb;
+use crate::types::*;
+
+fn bad(msg: impl Into<String>) -> ShoalError {
+    ShoalError::new(ErrorCode::InvalidArgument, msg)
+}
+
+impl From<&Value> for pb::Value {
+    fn from(v: &Value) -> pb::Value {
+        use pb::value::Kind;
+        let kind = match v {
+            Value::Null => Kind::Null(true),
+            Value::Int(i) => Kind::Int(*i),
+            Value::Uint(u) => Kind::Uint(*u),
+            Value::Float(f) => Kind::Float(*f),
+            Value::Text(s) => Kind::Text(s.clone()),
+            Value::Bytes(b) => Kind::Bin(b.clone()),
+            Value::Bool(b) => Kind::Boolean(*b),
+        };
+        pb::Value { kind: Some(kind) }
+    }
+}
+
+impl From<Value> for pb::Value {
+    fn from(v: Value) -> pb::Value {
+        use pb::value::Kind;
+        let kind = match v {
+            Value::Text(s) => Kind::Text(s),
+            Value::Bytes(b) => Kind::Bin(b),
+            other => return pb::Value::from(&other),
+        };
+        pb::Value { kind: Some(kind) }
+    }
+}
+
+impl From<pb::Value> for Value {
+    fn from(v: pb::Value) -> Value {
+        use pb::value::Kind;
+        match v.kind {
+            None | Some(Kind::Null(_)) => Value::Null,
+            Some(Kind::Int(i)) => Value::Int(i),
+            Some(Kind::Uint(u)) => Value::Uint(u),
+            Some(Kind::Float(f)) => Value::Float(f),
+            Some(Kind::Text(s)) => Value::Text(s),
+            Some(Kind::Bin(b)) => Value::Bytes(b),
+            Some(Kind::Boolean(b)) => Value::Bool(b),
+        }
+    }
+}
+
+pub fn values_to_pb(values: Vec<Value>) -> Vec<pb::Value> {
+    values.into_iter().map(pb::Value::from).collect()
+}
+
+pub fn values_from_pb(values: Vec<pb::Value>) -> Vec<Value> {
+    values.into_iter().map(Value::from).collect()
+}
+
+fn column_type_to_pb(t: ColumnType) -> pb::ColumnType {
+    match t {
+        ColumnType::Int => pb::ColumnType::Int,
+        ColumnType::Uint => pb::ColumnType::Uint,
+        ColumnType::Float => pb::ColumnType::Float,
+        ColumnType::Text => pb::ColumnType::Text,
+        ColumnType::Bytes => pb::ColumnType::Bytes,
+        ColumnType::Bool => pb::ColumnType::Bool,
+    }
+}
+
+impl TryFrom<pb::Column> for Column {
+    type Error = ShoalError;
+    fn try_from(c: pb::Column) -> Result<Column, ShoalError> {
+        let ty = match pb::ColumnType::try_from(c.r#type) {
+            Ok(pb::ColumnType::Int) => ColumnType::Int,
+            Ok(pb::ColumnType::Uint) => ColumnType::Uint,
+            Ok(pb::ColumnType::Float) => ColumnType::Float,
+            Ok(pb::ColumnType::Text) => ColumnType::Text,
+            Ok(pb::ColumnType::Bytes) => ColumnType::Bytes,
+            Ok(pb::ColumnType::Bool) => ColumnType::Bool,
+            _ => return Err(bad(format!("column {}: unknown type {}", c.name, c.r#type))),
+        };
+        Ok(Column { name: c.name, ty, nullable: c.nullable, max_len: c.max_len })
+    }
+}
+
+impl From<&Column> for pb::Column {
+    fn from(c: &Column) -> pb::Column {
+        pb::Column {
+            name: c.name.clone(),
+            r#type: column_type_to_pb(c.ty) as i32,
+            nullable: c.nullable,
+            max_len: c.max_len,
+        }
+    }
+}
+
+impl TryFrom<pb::TableSpec> for TableSpec {
+    type Error = ShoalError;
+    fn try_from(s: pb::TableSpec) -> Result<TableSpec, ShoalError> {
+        if s.columns.len() > MAX_COLUMNS {
+            return Err(bad("too many columns"));
+        }
+        Ok(TableSpec {
+            name: s.name,
+            columns: s.columns.into_iter().map(Column::try_from).collect::<Result<_, _>>()?,
+            primary_key: s.primary_key,
+            partition_key: s.partition_key,
+        })
+    }
+}
+
+impl From<&TableSpec> for pb::TableSpec {
+    fn from(s: &TableSpec) -> pb::TableSpec {
+        pb::TableSpec {
+            name: s.name.clone(),
+            columns: s.columns.iter().map(pb::Column::from).collect(),
+            primary_key: s.primary_key.clone(),
+            partition_key: s.partition_key.clone(),
+        }
+    }
+}
+
+impl From<&Table> for pb::Table {
+    fn from(t: &Table) -> pb::Table {
+        pb::Table {
+            id: t.id,
+            spec: Some(pb::TableSpec::from(&t.spec)),
+            partition_count: t.partition_count,
+            schema_version: t.schema_version,
+            hidden_pk: t.hidden_pk,
+        }
+    }
+}
+
+impl TryFrom<pb::Table> for Table {
+    type Error = ShoalError;
+    fn try_from(t: pb::Table) -> Result<Table, ShoalError> {
+        let spec = TableSpec::try_from(t.spec.ok_or_else(|| bad("table without spec"))?)?;
+        if t.partition_count == 0 {
+            return Err(bad(format!("table {} has no partitions", spec.name)));
+        }
+        Ok(Table { id: t.id, spec, partition_count: t.partition_count, schema_version: t.schema_version, hidden_pk: t.hidden_pk })
+    }
+}
+
+fn kind_to_pb(k: NodeKind) -> pb::NodeKind {
+    match k {
+        NodeKind::Mgmd => pb::NodeKind::Mgmd,
+        NodeKind::DataNode => pb::NodeKind::Datanode,
+        NodeKind::SqlNode => pb::NodeKind::Sqlnode,
+    }
+}
+
+pub fn state_to_pb(s: NodeState) -> pb::NodeState {
+    match s {
+        NodeState::Down => pb::NodeState::Down,
+        NodeState::Starting => pb::NodeState::Starting,
+        NodeState::Up => pb::NodeState::Up,
+    }
+}
+
+pub fn state_from_pb(s: i32) -> Result<NodeState, ShoalError> {
+    match pb::NodeState::try_from(s) {
+        Ok(pb::NodeState::Down) => Ok(NodeState::Down),
+        Ok(pb::NodeState::Starting) => Ok(NodeState::Starting),
+        Ok(pb::NodeState::Up) => Ok(NodeState::Up),
+        _ => Err(bad(format!("unknown node state {s}"))),
+    }
+}
+
+impl From<&ClusterState> for pb::ClusterState {
+    fn from(s: &ClusterState) -> pb::ClusterState {
+        pb::ClusterState {
+            epoch: s.epoch,
+            nodes: s
+                .nodes
+                .iter()
+                .map(|n| pb::Node {
+                    id: n.id,
+                    kind: kind_to_pb(n.kind) as i32,
+                    addr: n.addr.clone(),
+                    state: state_to_pb(n.state) as i32,
+                    node_group: n.node_group,
+                    pid: n.pid,
+                    incarnation: n.incarnation,
+                })
+                .collect(),
+            tables: s.tables.iter().map(pb::Table::from).collect(),
+            partitions: s
+                .partitions
+                .iter()
+                .map(|p| pb::PartitionAssignment {
+                    partition: p.partition,
+                    node_group: p.node_group,
+                    primary: p.primary.unwrap_or(0),
+                    primary_term: p.primary_term,
+                    replicas: p
+                        .replicas
+                        .iter()
+                        .map(|r| pb::Replica { node_id: r.node_id, syncing: r.syncing })
+                        .collect(),
+                })
+                .collect(),
+            leader_id: s.leader_id,
+        }
+    }
+}
+
+impl TryFrom<pb::ClusterState> for ClusterState {
+    type Error = ShoalError;
+    fn try_from(s: pb::ClusterState) -> Result<ClusterState, ShoalError> {
+        let nodes = s
+            .nodes
+            .into_iter()
+            .map(|n| {
+                let kind = match pb::NodeKind::try_from(n.kind) {
+                    Ok(pb::NodeKind::Mgmd) => NodeKind::Mgmd,
+                    Ok(pb::NodeKind::Datanode) => NodeKind::DataNode,
+                    Ok(pb::NodeKind::Sqlnode) => NodeKind::SqlNode,
+                    _ => return Err(bad(format!("node {}: unknown kind", n.id))),
+                };
+                Ok(Node {
+                    id: n.id,
+                    kind,
+                    addr: n.addr,
+                    state: state_from_pb(n.state)?,
+                    node_group: n.node_group,
+                    pid: n.pid,
+                    incarnation: n.incarnation,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let tables = s.tables.into_iter().map(Table::try_from).collect::<Result<Vec<_>, _>>()?;
+        let partitions: Vec<PartitionAssignment> = s
+            .partitions
+            .into_iter()
+            .map(|p| PartitionAssignment {
+                partition: p.partition,
+                node_group: p.node_group,
+                primary: (p.primary != 0).then_some(p.primary),
+                primary_term: p.primary_term,
+                replicas: p.replicas.into_iter().map(|r| Replica { node_id: r.node_id, syncing: r.syncing }).collect(),
+            })
+            .collect();
+        if partitions.iter().enumerate().any(|(i, p)| p.partition as usize != i) {
+            return Err(bad("partition map is not indexed by partition id"));
+        }
+        Ok(ClusterState { epoch: s.epoch, nodes, tables, partitions, leader_id: s.leader_id })
+    }
+}
+
+impl From<&ShoalError> for pb::Error {
+    fn from(e: &ShoalError) -> pb::Error {
+        pb::Error {
+            code: e.code.number(),
+            message: e.message.clone(),
+            current_epoch: e.current_epoch,
+            hint: e.hint,
+            hint_addr: e.hint_addr.clone(),
+        }
+    }
+}
+
+impl From<ShoalError> for pb::Error {
+    fn from(e: ShoalError) -> pb::Error {
+        pb::Error::from(&e)
+    }
+}
+
+impl From<pb::Error> for ShoalError {
+    fn from(e: pb::Error) -> ShoalError {
+        ShoalError {
+            code: ErrorCode::from_number(e.code),
+            message: e.message,
+            current_epoch: e.current_epoch,
+            hint: e.hint,
+            hint_addr: e.hint_addr,
+        }
+    }
+}
+
+/// `Some(error)` → `Err`, `None` → `Ok`: the optional error field of responses.
+pub fn check(e: Option<pb::Error>) -> Result<(), ShoalError> {
+    match e {
+        Some(e) if e.code != 0 => Err(ShoalError::from(e)),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,21 @@
+//! Shoal's wire protocol and the validated domain types every process shares.
+//!
+//! `pb` holds the prost/tonic generated code. Everything else in the system works with the
+//! domain types in [`types`]; [`convert`] turns protobuf messages into them (validating) and
+//! back. Nothing outside RPC modules should touch `pb` types.
+
+pub mod codec;
+pub mod config;
+pub mod convert;
+pub mod error;
+pub mod hash;
+pub mod types;
+
+/// Generated protobuf and gRPC code.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("shoal.v1");
+}
+
+pub use error::{ErrorCode, ShoalError};
+pub use types::*;

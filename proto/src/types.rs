@@ -1,0 +1,353 @@
+//! Domain types shared by every Shoal process. They are validated: a value of these types that
+//! came off the wire went through [`crate::convert`] and obeys the limits below.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorCode, ShoalError};
+
+pub type NodeId = u32;
+pub type Epoch = u64;
+pub type TableId = u32;
+pub type PartitionId = u32;
+
+/// Longest table or column name.
+pub const MAX_NAME_BYTES: usize = 64;
+/// Most columns in one table (hidden key included).
+pub const MAX_COLUMNS: usize = 256;
+/// Longest encoded primary key.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Longest encoded row (NDB's limit for in-row data is 30,000 bytes; ours is a little larger).
+pub const MAX_ROW_BYTES: usize = 64 * 1024;
+/// TEXT/BYTES columns declared without a length get this one.
+pub const DEFAULT_MAX_LEN: u32 = 4096;
+/// Name of the hidden primary key column added to tables declared without one.
+pub const HIDDEN_PK_COLUMN: &str = "$pk";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ColumnType {
+    Int,
+    Uint,
+    Float,
+    Text,
+    Bytes,
+    Bool,
+}
+
+impl ColumnType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Int => "INT",
+            ColumnType::Uint => "UINT",
+            ColumnType::Float => "FLOAT",
+            ColumnType::Text => "TEXT",
+            ColumnType::Bytes => "BYTES",
+            ColumnType::Bool => "BOOL",
+        }
+    }
+
+    pub fn is_var(self) -> bool {
+        matches!(self, ColumnType::Text | ColumnType::Bytes)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    pub name: String,
+    pub ty: ColumnType,
+    pub nullable: bool,
+    /// TEXT/BYTES: longest value in bytes.
+    pub max_len: u32,
+}
+
+impl Column {
+    pub fn new(name: &str, ty: ColumnType) -> Column {
+        Column {
+            name: name.to_string(),
+            ty,
+            nullable: false,
+            max_len: if ty.is_var() { DEFAULT_MAX_LEN } else { 0 },
+        }
+    }
+
+    pub fn nullable(mut self) -> Column {
+        self.nullable = true;
+        self
+    }
+}
+
+/// What a user asks for in CREATE TABLE.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSpec {
+    pub name: String,
+    pub columns: Vec<Column>,
+    /// Column positions; empty means "no primary key": a hidden one is added.
+    pub primary_key: Vec<u32>,
+    /// Subset of the primary key; empty means the whole primary key.
+    pub partition_key: Vec<u32>,
+}
+
+/// A table as the catalog holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Table {
+    pub id: TableId,
+    pub spec: TableSpec,
+    pub partition_count: u32,
+    pub schema_version: u64,
+    /// The last column is the hidden key `$pk`, assigned by the data node on insert.
+    pub hidden_pk: bool,
+}
+
+fn invalid(msg: impl Into<String>) -> ShoalError {
+    ShoalError::new(ErrorCode::InvalidArgument, msg)
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), ShoalError> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(invalid(format!("{what} name must be 1..={MAX_NAME_BYTES} bytes")));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(invalid(format!("{what} name {name:?} has control characters")));
+    }
+    Ok(())
+}
+
+impl TableSpec {
+    /// Checks the spec and completes it: a hidden primary key when none is given, the partition
+    /// key defaulting to the primary key, default lengths. Returns the spec and whether the key
+    /// is hidden.
+    pub fn normalize(mut self) -> Result<(TableSpec, bool), ShoalError> {
+        check_name("table", &self.name)?;
+        if self.columns.is_empty() {
+            return Err(invalid("a table needs at least one column"));
+        }
+        if self.columns.len() >= MAX_COLUMNS {
+            return Err(invalid(format!("a table has at most {} columns", MAX_COLUMNS - 1)));
+        }
+        for i in 0..self.columns.len() {
+            if self.columns[..i].iter().any(|o| o.name.eq_ignore_ascii_case(&self.columns[i].name)) {
+                return Err(invalid(format!("duplicate column {}", self.columns[i].name)));
+            }
+            let c = &mut self.columns[i];
+            check_name("column", &c.name)?;
+            if c.name == HIDDEN_PK_COLUMN {
+                return Err(invalid(format!("column name {HIDDEN_PK_COLUMN} is reserved")));
+            }
+            if c.ty.is_var() {
+                if c.max_len == 0 {
+                    c.max_len = DEFAULT_MAX_LEN;
+                }
+                if c.max_len as usize > MAX_ROW_BYTES {
+                    return Err(invalid(format!(
+                        "column {} is longer than the row limit of {MAX_ROW_BYTES} bytes",
+                        c.name
+                    )));
+                }
+            } else {
+                c.max_len = 0;
+            }
+        }
+        let mut hidden = false;
+        if self.primary_key.is_empty() {
+            if !self.partition_key.is_empty() {
+                return Err(invalid("a partition key needs a primary key"));
+            }
+            hidden = true;
+            self.columns.push(Column::new(HIDDEN_PK_COLUMN, ColumnType::Uint));
+            self.primary_key = vec![self.columns.len() as u32 - 1];
+        }
+        let mut seen = Vec::new();
+        for &k in &self.primary_key {
+            let col = self
+                .columns
+                .get_mut(k as usize)
+                .ok_or_else(|| invalid(format!("primary key column {k} does not exist")))?;
+            if seen.contains(&k) {
+                return Err(invalid(format!("column {} is twice in the primary key", col.name)));
+            }
+            seen.push(k);
+            if col.ty == ColumnType::Float {
+                return Err(invalid(format!(
+                    "column {}: FLOAT cannot be part of a primary key",
+                    col.name
+                )));
+            }
+            // Primary key columns are NOT NULL, as in MySQL.
+            col.nullable = false;
+        }
+        if self.partition_key.is_empty() {
+            self.partition_key = self.primary_key.clone();
+        }
+        for (i, k) in self.partition_key.iter().enumerate() {
+            if !self.primary_key.contains(k) {
+                return Err(invalid("the partition key must be a subset of the primary key"));
+            }
+            if self.partition_key[..i].contains(k) {
+                return Err(invalid("the partition key names a column twice"));
+            }
+        }
+        Ok((self, hidden))
+    }
+}
+
+impl Table {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn columns(&self) -> &[Column] {
+        &self.spec.columns
+    }
+
+    /// Columns a user writes: all but the hidden key.
+    pub fn visible_columns(&self) -> usize {
+        self.spec.columns.len() - usize::from(self.hidden_pk)
+    }
+
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.spec.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Picks the primary key values out of a full row.
+    pub fn key_of(&self, row: &[Value]) -> Vec<Value> {
+        self.spec.primary_key.iter().map(|&i| row[i as usize].clone()).collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Text(String),
+    Bytes(Vec<u8>),
+    Bool(bool),
+}
+
+impl Value {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "NULL",
+            Value::Int(_) => "INT",
+            Value::Uint(_) => "UINT",
+            Value::Float(_) => "FLOAT",
+            Value::Text(_) => "TEXT",
+            Value::Bytes(_) => "BYTES",
+            Value::Bool(_) => "BOOL",
+        }
+    }
+
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Int(v) => Some(v),
+            Value::Uint(v) => i64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeKind {
+    Mgmd,
+    DataNode,
+    SqlNode,
+}
+
+impl NodeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeKind::Mgmd => "mgmd",
+            NodeKind::DataNode => "datanode",
+            NodeKind::SqlNode => "sqlnode",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeState {
+    Down,
+    /// Registered and copying data; receives writes, serves nothing.
+    Starting,
+    Up,
+}
+
+impl NodeState {
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Down => "down",
+            NodeState::Starting => "starting",
+            NodeState::Up => "up",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: NodeId,
+    pub kind: NodeKind,
+    pub addr: String,
+    pub state: NodeState,
+    pub node_group: u32,
+    pub pid: u32,
+    /// Changes every time the process starts; tells a restart from a slow heartbeat.
+    pub incarnation: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica {
+    pub node_id: NodeId,
+    pub syncing: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAssignment {
+    pub partition: PartitionId,
+    pub node_group: u32,
+    /// None: no live replica; the partition answers PartitionUnavailable.
+    pub primary: Option<NodeId>,
+    /// The epoch in which `primary` took over. Backups refuse replication from older terms.
+    pub primary_term: Epoch,
+    /// Every live replica, the primary included.
+    pub replicas: Vec<Replica>,
+}
+
+impl PartitionAssignment {
+    pub fn replica(&self, node: NodeId) -> Option<&Replica> {
+        self.replicas.iter().find(|r| r.node_id == node)
+    }
+
+    /// Replicas other than the primary that must hold a write before it is acknowledged.
+    pub fn backups(&self) -> impl Iterator<Item = &Replica> {
+        self.replicas.iter().filter(move |r| Some(r.node_id) != self.primary)
+    }
+}
+
+/// The cluster map every node and client caches. Every change raises `epoch`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub epoch: Epoch,
+    pub nodes: Vec<Node>,
+    pub tables: Vec<Table>,
+    /// Indexed by partition id. Every table has `partitions.len()` partitions and partition p
+    /// of every table lives in the same place, so tables with the same partition key co-locate.
+    pub partitions: Vec<PartitionAssignment>,
+    pub leader_id: NodeId,
+}
+
+impl ClusterState {
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|t| t.spec.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn table_by_id(&self, id: TableId) -> Option<&Table> {
+        self.tables.iter().find(|t| t.id == id)
+    }
+
+    pub fn partition(&self, p: PartitionId) -> Option<&PartitionAssignment> {
+        self.partitions.get(p as usize)
+    }
+}
