@@ -1,0 +1,483 @@
+//! The mgmd state machine: the replicated cluster model and the commands that change it.
+//!
+//! Pure and deterministic: Raft applies the same commands in the same order on every mgmd, so
+//! nothing here reads the clock, the network or the disk. Time-based decisions (a node missed
+//! its heartbeats) are taken by the leader outside and arrive here as commands.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use shoal_proto::config::ClusterConfig;
+use shoal_proto::{
+    ClusterState, Epoch, ErrorCode, Node, NodeId, NodeKind, NodeState, PartitionAssignment, Replica, ShoalError,
+    Table, TableSpec,
+};
+
+/// Most tables in one cluster.
+pub const MAX_TABLES: usize = 4096;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JoinInfo {
+    pub id: NodeId,
+    pub addr: String,
+    pub pid: u32,
+    pub incarnation: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Sets the configuration and lays out the partition map. Ignored once bootstrapped.
+    Bootstrap { config: ClusterConfig },
+    /// Data nodes (re)joining. Nodes of a group that has live primaries join as syncing
+    /// replicas; nodes of a group with none start it together and share its primaries.
+    Join { nodes: Vec<JoinInfo> },
+    /// A starting node finished copying every partition it holds.
+    Synced { id: NodeId, incarnation: u64, sync_epoch: Epoch },
+    /// A data node failed (missed heartbeats, or a peer could not reach it).
+    Down { id: NodeId, incarnation: u64, reason: String },
+    CreateTable { spec: TableSpec, if_not_exists: bool },
+    DropTable { name: String, if_exists: bool },
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub epoch: Epoch,
+    pub table: Option<Table>,
+}
+
+pub type CommandResult = Result<Outcome, ShoalError>;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    pub config: Option<ClusterConfig>,
+    pub cluster: ClusterState,
+    pub next_table_id: u32,
+    /// Starting data nodes → the epoch in which their current copy began.
+    pub sync_epochs: BTreeMap<NodeId, Epoch>,
+}
+
+fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
+    ShoalError::new(code, msg)
+}
+
+impl Model {
+    pub fn is_bootstrapped(&self) -> bool {
+        self.config.is_some()
+    }
+
+    pub fn apply(&mut self, cmd: Command) -> CommandResult {
+        let before = self.cluster.clone();
+        let result = match cmd {
+            Command::Bootstrap { config } => self.bootstrap(config),
+            Command::Join { nodes } => self.join(nodes),
+            Command::Synced { id, incarnation, sync_epoch } => self.synced(id, incarnation, sync_epoch),
+            Command::Down { id, incarnation, reason: _ } => self.down(id, incarnation),
+            Command::CreateTable { spec, if_not_exists } => self.create_table(spec, if_not_exists),
+            Command::DropTable { name, if_exists } => self.drop_table(&name, if_exists),
+        };
+        match result {
+            Ok(mut out) => {
+                // The epoch moves on every change of the map, and only then.
+                if self.cluster != before {
+                    self.cluster.epoch = before.epoch + 1;
+                    self.stamp_new_terms(before.epoch + 1);
+                }
+                out.epoch = self.cluster.epoch;
+                Ok(out)
+            }
+            Err(e) => {
+                self.cluster = before;
+                Err(e)
+            }
+        }
+    }
+
+    /// Primaries chosen by this command carry term 0 until here: they take the new epoch.
+    fn stamp_new_terms(&mut self, epoch: Epoch) {
+        for p in &mut self.cluster.partitions {
+            if p.primary.is_some() && p.primary_term == 0 {
+                p.primary_term = epoch;
+            }
+        }
+        for e in self.sync_epochs.values_mut() {
+            if *e == 0 {
+                *e = epoch;
+            }
+        }
+    }
+
+    fn config(&self) -> Result<&ClusterConfig, ShoalError> {
+        self.config.as_ref().ok_or_else(|| err(ErrorCode::NodeNotReady, "cluster is not bootstrapped yet"))
+    }
+
+    fn bootstrap(&mut self, config: ClusterConfig) -> CommandResult {
+        if self.config.is_some() {
+            return Ok(Outcome::default());
+        }
+        config.validate().map_err(|e| err(ErrorCode::InvalidArgument, e))?;
+        let mut nodes: Vec<Node> = config
+            .mgmd
+            .iter()
+            .map(|m| Node {
+                id: m.id,
+                kind: NodeKind::Mgmd,
+                addr: m.addr.clone(),
+                state: NodeState::Up,
+                node_group: 0,
+                pid: 0,
+                incarnation: 0,
+            })
+            .collect();
+        nodes.extend(config.datanode.iter().map(|d| Node {
+            id: d.id,
+            kind: NodeKind::DataNode,
+            addr: d.addr.clone(),
+            state: NodeState::Down,
+            node_group: d.node_group,
+            pid: 0,
+            incarnation: 0,
+        }));
+        let groups = config.node_groups();
+        self.cluster.partitions = (0..config.partition_count())
+            .map(|p| PartitionAssignment {
+                partition: p,
+                node_group: p % groups,
+                primary: None,
+                primary_term: 0,
+                replicas: vec![],
+            })
+            .collect();
+        self.cluster.nodes = nodes;
+        self.next_table_id = 1;
+        self.config = Some(config);
+        Ok(Outcome::default())
+    }
+
+    fn node_mut(&mut self, id: NodeId) -> Result<&mut Node, ShoalError> {
+        self.cluster
+            .nodes
+            .iter_mut()
+            .find(|n| n.id == id && n.kind == NodeKind::DataNode)
+            .ok_or_else(|| err(ErrorCode::InvalidArgument, format!("node {id} is not a configured data node")))
+    }
+
+    /// The data node that should be primary of `partition` when its whole group is up: the
+    /// primaries of a group rotate over its members so each carries an equal share.
+    fn preferred_primary(&self, partition: &PartitionAssignment) -> Option<NodeId> {
+        let members: Vec<NodeId> = self
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::DataNode && n.node_group == partition.node_group)
+            .map(|n| n.id)
+            .collect();
+        let groups = self.config.as_ref()?.node_groups().max(1);
+        members.get(((partition.partition / groups) as usize) % members.len().max(1)).copied()
+    }
+
+    fn join(&mut self, nodes: Vec<JoinInfo>) -> CommandResult {
+        self.config()?;
+        for j in &nodes {
+            let node = self.node_mut(j.id)?;
+            if node.state != NodeState::Down && node.incarnation != j.incarnation {
+                // Restarted faster than failure detection noticed: its old memory is gone.
+                let inc = node.incarnation;
+                self.down(j.id, inc)?;
+            }
+        }
+        for j in nodes {
+            let node = self.node_mut(j.id)?;
+            if node.state != NodeState::Down {
+                node.addr = j.addr;
+                node.pid = j.pid;
+                continue;
+            }
+            node.addr = j.addr;
+            node.pid = j.pid;
+            node.incarnation = j.incarnation;
+            let group = node.node_group;
+            let live_group = self.cluster.partitions.iter().any(|p| p.node_group == group && p.primary.is_some());
+            if live_group {
+                for p in self.cluster.partitions.iter_mut().filter(|p| p.node_group == group) {
+                    if p.primary.is_some() {
+                        p.replicas.push(Replica { node_id: j.id, syncing: true });
+                    }
+                }
+                self.node_mut(j.id)?.state = NodeState::Starting;
+                self.sync_epochs.insert(j.id, 0);
+            } else {
+                self.node_mut(j.id)?.state = NodeState::Up;
+            }
+        }
+        self.assign_orphans();
+        Ok(Outcome::default())
+    }
+
+    /// Partitions without a primary take one from the up nodes of their group (preferring the
+    /// rotation), starting from empty: no live replica means no data to copy.
+    fn assign_orphans(&mut self) {
+        for i in 0..self.cluster.partitions.len() {
+            let p = &self.cluster.partitions[i];
+            if p.primary.is_some() {
+                continue;
+            }
+            let up: Vec<NodeId> = self
+                .cluster
+                .nodes
+                .iter()
+                .filter(|n| n.kind == NodeKind::DataNode && n.node_group == p.node_group && n.state == NodeState::Up)
+                .map(|n| n.id)
+                .collect();
+            if up.is_empty() {
+                continue;
+            }
+            let preferred = self.preferred_primary(p).filter(|id| up.contains(id));
+            let p = &mut self.cluster.partitions[i];
+            p.primary = Some(preferred.unwrap_or(up[(p.partition as usize) % up.len()]));
+            p.primary_term = 0; // stamped with the new epoch in apply()
+            p.replicas = up.iter().map(|&node_id| Replica { node_id, syncing: false }).collect();
+        }
+    }
+
+    fn synced(&mut self, id: NodeId, incarnation: u64, sync_epoch: Epoch) -> CommandResult {
+        self.config()?;
+        let node = self.node_mut(id)?;
+        if node.state != NodeState::Starting || node.incarnation != incarnation {
+            return Err(err(ErrorCode::StaleEpoch, format!("node {id} is not starting in that incarnation")));
+        }
+        if self.sync_epochs.get(&id) != Some(&sync_epoch) {
+            return Err(err(ErrorCode::StaleEpoch, format!("node {id}: sync of epoch {sync_epoch} was superseded")));
+        }
+        self.node_mut(id)?.state = NodeState::Up;
+        self.sync_epochs.remove(&id);
+        for p in &mut self.cluster.partitions {
+            for r in &mut p.replicas {
+                if r.node_id == id {
+                    r.syncing = false;
+                }
+            }
+        }
+        Ok(Outcome::default())
+    }
+
+    fn down(&mut self, id: NodeId, incarnation: u64) -> CommandResult {
+        self.config()?;
+        let node = self.node_mut(id)?;
+        if node.state == NodeState::Down || (incarnation != 0 && node.incarnation != incarnation) {
+            return Ok(Outcome::default());
+        }
+        node.state = NodeState::Down;
+        self.sync_epochs.remove(&id);
+        for p in &mut self.cluster.partitions {
+            p.replicas.retain(|r| r.node_id != id);
+            if p.primary == Some(id) {
+                // Promote a caught-up backup; a syncing one holds only part of the data.
+                p.primary = p.replicas.iter().find(|r| !r.syncing).map(|r| r.node_id);
+                p.primary_term = 0;
+                if p.primary.is_none() {
+                    // No complete copy is left: the partition is lost until its group restarts.
+                    p.replicas.clear();
+                }
+            }
+        }
+        // A starting node whose source vanished has nothing left to copy from: restart it.
+        let stranded: Vec<NodeId> = self
+            .sync_epochs
+            .keys()
+            .copied()
+            .filter(|&n| {
+                let group = self.cluster.node(n).map(|n| n.node_group);
+                self.cluster.partitions.iter().any(|p| Some(p.node_group) == group && p.primary.is_none())
+            })
+            .collect();
+        for n in stranded {
+            self.down(n, 0)?;
+        }
+        Ok(Outcome::default())
+    }
+
+    fn create_table(&mut self, spec: TableSpec, if_not_exists: bool) -> CommandResult {
+        let partition_count = self.config()?.partition_count();
+        if let Some(t) = self.cluster.table(&spec.name) {
+            if if_not_exists {
+                return Ok(Outcome { epoch: 0, table: Some(t.clone()) });
+            }
+            return Err(err(ErrorCode::TableExists, format!("table {} already exists", spec.name)));
+        }
+        if self.cluster.tables.len() >= MAX_TABLES {
+            return Err(err(ErrorCode::TooLarge, format!("the cluster holds at most {MAX_TABLES} tables")));
+        }
+        let (spec, hidden_pk) = spec.normalize()?;
+        let table = Table { id: self.next_table_id, spec, partition_count, schema_version: 1, hidden_pk };
+        self.next_table_id += 1;
+        self.cluster.tables.push(table.clone());
+        Ok(Outcome { epoch: 0, table: Some(table) })
+    }
+
+    fn drop_table(&mut self, name: &str, if_exists: bool) -> CommandResult {
+        self.config()?;
+        let before = self.cluster.tables.len();
+        self.cluster.tables.retain(|t| !t.spec.name.eq_ignore_ascii_case(name));
+        if self.cluster.tables.len() == before && !if_exists {
+            return Err(err(ErrorCode::NoSuchTable, format!("table {name} does not exist")));
+        }
+        Ok(Outcome::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_proto::config::{ClusterSection, DataNodeConfig, MgmdConfig};
+    use shoal_proto::{Column, ColumnType};
+
+    fn config(groups: u32, replicas: u32) -> ClusterConfig {
+        let mut datanode = vec![];
+        for g in 0..groups {
+            for r in 0..replicas {
+                let id = 11 + g * replicas + r;
+                datanode.push(DataNodeConfig {
+                    id,
+                    addr: format!("127.0.0.1:{}", 7000 + id),
+                    node_group: g,
+                    data_dir: format!("dn-{id}"),
+                    data_memory_mb: 64,
+                });
+            }
+        }
+        ClusterConfig {
+            cluster: ClusterSection {
+                name: "t".into(),
+                replicas,
+                partitions_per_node_group: 4,
+                heartbeat_interval_ms: 100,
+                lease_ms: 600,
+                failure_timeout_ms: 1000,
+            },
+            mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:7001".into(), data_dir: "m1".into() }],
+            datanode,
+        }
+    }
+
+    fn join(id: NodeId, inc: u64) -> JoinInfo {
+        JoinInfo { id, addr: format!("127.0.0.1:{}", 7000 + id), pid: 1, incarnation: inc }
+    }
+
+    fn started(groups: u32, replicas: u32) -> Model {
+        let mut m = Model::default();
+        m.apply(Command::Bootstrap { config: config(groups, replicas) }).unwrap();
+        let nodes = (0..groups * replicas).map(|i| join(11 + i, 1)).collect();
+        m.apply(Command::Join { nodes }).unwrap();
+        m
+    }
+
+    /// Invariants that must hold after every command.
+    fn check(m: &Model) {
+        for p in &m.cluster.partitions {
+            if let Some(primary) = p.primary {
+                let r = p.replica(primary).expect("primary is a replica");
+                assert!(!r.syncing, "a syncing replica is never primary");
+                assert_eq!(m.cluster.node(primary).unwrap().state, NodeState::Up);
+                assert!(p.primary_term > 0 && p.primary_term <= m.cluster.epoch);
+            } else {
+                assert!(p.replicas.is_empty());
+            }
+            for r in &p.replicas {
+                let n = m.cluster.node(r.node_id).unwrap();
+                assert_ne!(n.state, NodeState::Down, "down nodes hold no replica");
+                assert_eq!(n.node_group, p.node_group);
+            }
+        }
+    }
+
+    #[test]
+    fn group_start_spreads_primaries() {
+        let m = started(2, 2);
+        check(&m);
+        assert_eq!(m.cluster.partitions.len(), 8);
+        for node in 11..15 {
+            let n = m.cluster.partitions.iter().filter(|p| p.primary == Some(node)).count();
+            assert_eq!(n, 2, "node {node} should be primary of 2 of 8 partitions");
+        }
+        assert!(m.cluster.partitions.iter().all(|p| p.replicas.len() == 2));
+    }
+
+    #[test]
+    fn failure_promotes_backup_with_new_term() {
+        let mut m = started(1, 2);
+        let e0 = m.cluster.epoch;
+        let out = m.apply(Command::Down { id: 11, incarnation: 1, reason: "test".into() }).unwrap();
+        check(&m);
+        assert_eq!(out.epoch, e0 + 1);
+        for p in &m.cluster.partitions {
+            assert_eq!(p.primary, Some(12));
+            assert_eq!(p.replicas.len(), 1);
+        }
+        // Partitions that 12 already led keep their term; taken-over ones get the new epoch.
+        assert!(m.cluster.partitions.iter().any(|p| p.primary_term == e0 + 1));
+        assert!(m.cluster.partitions.iter().any(|p| p.primary_term == e0));
+        // A duplicate report changes nothing and does not raise the epoch.
+        let out = m.apply(Command::Down { id: 11, incarnation: 1, reason: "again".into() }).unwrap();
+        assert_eq!(out.epoch, e0 + 1);
+    }
+
+    #[test]
+    fn rejoin_syncs_before_serving() {
+        let mut m = started(1, 2);
+        m.apply(Command::Down { id: 11, incarnation: 1, reason: "test".into() }).unwrap();
+        let out = m.apply(Command::Join { nodes: vec![join(11, 2)] }).unwrap();
+        check(&m);
+        assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Starting);
+        assert!(m.cluster.partitions.iter().all(|p| p.replica(11).unwrap().syncing));
+        // A stale sync report is refused.
+        assert!(m.apply(Command::Synced { id: 11, incarnation: 2, sync_epoch: out.epoch - 1 }).is_err());
+        m.apply(Command::Synced { id: 11, incarnation: 2, sync_epoch: out.epoch }).unwrap();
+        check(&m);
+        assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Up);
+        assert!(m.cluster.partitions.iter().all(|p| !p.replica(11).unwrap().syncing));
+    }
+
+    #[test]
+    fn losing_the_source_restarts_a_syncing_node() {
+        let mut m = started(1, 2);
+        m.apply(Command::Down { id: 11, incarnation: 1, reason: "t".into() }).unwrap();
+        m.apply(Command::Join { nodes: vec![join(11, 2)] }).unwrap();
+        m.apply(Command::Down { id: 12, incarnation: 1, reason: "t".into() }).unwrap();
+        check(&m);
+        assert!(m.cluster.partitions.iter().all(|p| p.primary.is_none()));
+        assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Down);
+    }
+
+    #[test]
+    fn restart_with_new_incarnation_is_a_failure_then_a_join() {
+        let mut m = started(1, 2);
+        m.apply(Command::Join { nodes: vec![join(12, 9)] }).unwrap();
+        check(&m);
+        assert_eq!(m.cluster.node(12).unwrap().state, NodeState::Starting);
+        assert!(m.cluster.partitions.iter().all(|p| p.primary == Some(11)));
+    }
+
+    #[test]
+    fn tables_are_validated_and_unique() {
+        let mut m = started(1, 2);
+        let spec = TableSpec {
+            name: "t".into(),
+            columns: vec![Column::new("k", ColumnType::Int), Column::new("v", ColumnType::Text)],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let out = m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false }).unwrap();
+        assert_eq!(out.table.unwrap().partition_count, 4);
+        let e = m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::TableExists);
+        let epoch = m.cluster.epoch;
+        assert!(m.apply(Command::CreateTable { spec, if_not_exists: true }).is_ok());
+        assert_eq!(m.cluster.epoch, epoch, "a no-op does not raise the epoch");
+        let e = m.apply(Command::DropTable { name: "nope".into(), if_exists: false }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoSuchTable);
+        m.apply(Command::DropTable { name: "T".into(), if_exists: false }).unwrap();
+        assert!(m.cluster.tables.is_empty());
+        let bad = TableSpec { name: "".into(), columns: vec![], primary_key: vec![], partition_key: vec![] };
+        assert_eq!(m.apply(Command::CreateTable { spec: bad, if_not_exists: false }).unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+}
