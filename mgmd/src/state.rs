@@ -4,8 +4,6 @@
 //! nothing here reads the clock, the network or the disk. Time-based decisions (a node missed
 //! its heartbeats) are taken by the leader outside and arrive here as commands.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 use shoal_proto::config::ClusterConfig;
 use shoal_proto::{
@@ -52,8 +50,6 @@ pub struct Model {
     pub config: Option<ClusterConfig>,
     pub cluster: ClusterState,
     pub next_table_id: u32,
-    /// Starting data nodes → the epoch in which their current copy began.
-    pub sync_epochs: BTreeMap<NodeId, Epoch>,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
@@ -99,9 +95,9 @@ impl Model {
                 p.primary_term = epoch;
             }
         }
-        for e in self.sync_epochs.values_mut() {
-            if *e == 0 {
-                *e = epoch;
+        for n in &mut self.cluster.nodes {
+            if n.state == NodeState::Starting && n.sync_epoch == 0 {
+                n.sync_epoch = epoch;
             }
         }
     }
@@ -126,6 +122,7 @@ impl Model {
                 node_group: 0,
                 pid: 0,
                 incarnation: 0,
+                sync_epoch: 0,
             })
             .collect();
         nodes.extend(config.datanode.iter().map(|d| Node {
@@ -136,6 +133,7 @@ impl Model {
             node_group: d.node_group,
             pid: 0,
             incarnation: 0,
+            sync_epoch: 0,
         }));
         let groups = config.node_groups();
         self.cluster.partitions = (0..config.partition_count())
@@ -203,8 +201,9 @@ impl Model {
                         p.replicas.push(Replica { node_id: j.id, syncing: true });
                     }
                 }
-                self.node_mut(j.id)?.state = NodeState::Starting;
-                self.sync_epochs.insert(j.id, 0);
+                let node = self.node_mut(j.id)?;
+                node.state = NodeState::Starting;
+                node.sync_epoch = 0; // stamped with the new epoch in apply()
             } else {
                 self.node_mut(j.id)?.state = NodeState::Up;
             }
@@ -245,11 +244,11 @@ impl Model {
         if node.state != NodeState::Starting || node.incarnation != incarnation {
             return Err(err(ErrorCode::StaleEpoch, format!("node {id} is not starting in that incarnation")));
         }
-        if self.sync_epochs.get(&id) != Some(&sync_epoch) {
+        if node.sync_epoch != sync_epoch {
             return Err(err(ErrorCode::StaleEpoch, format!("node {id}: sync of epoch {sync_epoch} was superseded")));
         }
-        self.node_mut(id)?.state = NodeState::Up;
-        self.sync_epochs.remove(&id);
+        node.state = NodeState::Up;
+        node.sync_epoch = 0;
         for p in &mut self.cluster.partitions {
             for r in &mut p.replicas {
                 if r.node_id == id {
@@ -267,7 +266,7 @@ impl Model {
             return Ok(Outcome::default());
         }
         node.state = NodeState::Down;
-        self.sync_epochs.remove(&id);
+        node.sync_epoch = 0;
         for p in &mut self.cluster.partitions {
             p.replicas.retain(|r| r.node_id != id);
             if p.primary == Some(id) {
@@ -282,13 +281,12 @@ impl Model {
         }
         // A starting node whose source vanished has nothing left to copy from: restart it.
         let stranded: Vec<NodeId> = self
-            .sync_epochs
-            .keys()
-            .copied()
-            .filter(|&n| {
-                let group = self.cluster.node(n).map(|n| n.node_group);
-                self.cluster.partitions.iter().any(|p| Some(p.node_group) == group && p.primary.is_none())
-            })
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.state == NodeState::Starting)
+            .filter(|n| self.cluster.partitions.iter().any(|p| p.node_group == n.node_group && p.primary.is_none()))
+            .map(|n| n.id)
             .collect();
         for n in stranded {
             self.down(n, 0)?;

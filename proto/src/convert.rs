@@ -187,6 +187,7 @@ impl From<&ClusterState> for pb::ClusterState {
                     node_group: n.node_group,
                     pid: n.pid,
                     incarnation: n.incarnation,
+                    sync_epoch: n.sync_epoch,
                 })
                 .collect(),
             tables: s.tables.iter().map(pb::Table::from).collect(),
@@ -231,6 +232,7 @@ impl TryFrom<pb::ClusterState> for ClusterState {
                     node_group: n.node_group,
                     pid: n.pid,
                     incarnation: n.incarnation,
+                    sync_epoch: n.sync_epoch,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -291,6 +291,9 @@ pub struct Node {
     pub pid: u32,
     /// Changes every time the process starts; tells a restart from a slow heartbeat.
     pub incarnation: u64,
+    /// Starting data nodes: the epoch in which their current copy began (0 otherwise). A node
+    /// that sees a new value must drop what it holds and copy again.
+    pub sync_epoch: Epoch,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
