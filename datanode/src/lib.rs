@@ -1,1 +1,120 @@
+//! shoal-datanode: partition replicas in memory, synchronous replication inside the node group,
+//! key operations and pushed-down scans.
 
+pub mod mgmd_link;
+pub mod node;
+pub mod ops;
+pub mod partition;
+pub mod replication;
+pub mod scan;
+pub mod service;
+pub mod storage;
+pub mod sync;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use shoal_proto::config::ClusterConfig;
+use shoal_proto::pb::data_node_server::DataNodeServer;
+
+/// How long a write waits for a row lock held by another write.
+pub const LOCK_WAIT_MS: u64 = 2000;
+/// Largest gRPC message a data node accepts.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Queued failure reports about peers.
+const FAILURE_REPORT_QUEUE: usize = 64;
+
+#[derive(Parser, Debug)]
+#[command(name = "shoal-datanode", about = "Shoal data node")]
+pub struct Args {
+    /// This node's id (a [[datanode]] entry of the config).
+    #[arg(long)]
+    pub id: u32,
+    /// Path of cluster.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+pub fn main_entry() {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_target(false)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shoal-datanode: cannot start runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(args)) {
+        tracing::error!("shoal-datanode failed: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn incarnation() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    shoal_proto::hash::fmix64(nanos ^ (u64::from(std::process::id()) << 40)) | 1
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let config = ClusterConfig::load(&args.config).map_err(anyhow::Error::msg)?;
+    let me = config
+        .datanode
+        .iter()
+        .find(|d| d.id == args.id)
+        .with_context(|| format!("node {} is not a [[datanode]] in {}", args.id, args.config.display()))?
+        .clone();
+    let c = &config.cluster;
+    let timing = node::Timing {
+        heartbeat_interval: Duration::from_millis(c.heartbeat_interval_ms),
+        lease: Duration::from_millis(c.lease_ms),
+        failure_timeout: Duration::from_millis(c.failure_timeout_ms),
+        lock_wait: Duration::from_millis(LOCK_WAIT_MS),
+    };
+    let budget = storage::MemoryBudget::new(me.data_memory_mb * 1024 * 1024);
+    let (report_tx, report_rx) = tokio::sync::mpsc::channel(FAILURE_REPORT_QUEUE);
+    let node = node::Node::new(me.id, incarnation(), me.addr.clone(), timing.clone(), budget, report_tx);
+    let link = Arc::new(
+        mgmd_link::MgmdLink::new(&config.mgmd_addrs(), timing.heartbeat_interval * 3).map_err(anyhow::Error::msg)?,
+    );
+
+    let listener = tokio::net::TcpListener::bind(&me.addr).await.with_context(|| format!("bind {}", me.addr))?;
+    tracing::info!(id = me.id, incarnation = node.incarnation, "datanode {} listening on {}", me.id, me.addr);
+    tokio::spawn(mgmd_link::heartbeat_loop(node.clone(), link.clone(), std::process::id()));
+    tokio::spawn(mgmd_link::watch_loop(node.clone(), link.clone()));
+    tokio::spawn(mgmd_link::report_loop(node.clone(), link.clone(), report_rx));
+
+    let svc = DataNodeServer::new(service::Service { node: node.clone() })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown_signal())
+        .await
+        .context("serve gRPC")?;
+    tracing::info!("datanode {} stopped", me.id);
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

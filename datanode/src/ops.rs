@@ -1,0 +1,179 @@
+//! Key operations: reads at the primary (or any complete replica on request) and writes at the
+//! primary, replicated synchronously to every live replica before they are acknowledged.
+//!
+//! Write protocol at the primary (DESIGN §4): lock the row; compute the new image from the
+//! committed one; send it to every other replica of the partition (syncing ones included); once
+//! all have applied it, apply it here, unlock and answer. The primary applies last, so a reader
+//! at the primary never sees a write that a failure could still take back.
+
+use std::sync::Arc;
+
+use shoal_proto::codec::{self, check_row, coerce, decode_row, encode_key, encode_row};
+use shoal_proto::{ClusterState, ErrorCode, PartitionId, ShoalError, Table, TableId, Value};
+
+use crate::node::Node;
+use crate::replication;
+use crate::storage::{Image, RowSlot};
+
+/// Most operations in one request.
+pub const MAX_BATCH_OPS: usize = 1000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Read,
+    Insert,
+    Update,
+    Upsert,
+    Delete,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub table: TableId,
+    pub partition: PartitionId,
+    /// Primary key values (read, update, delete).
+    pub key: Vec<Value>,
+    /// Every column (insert, upsert) or the columns named in `columns` (update).
+    pub row: Vec<Value>,
+    pub columns: Vec<u32>,
+}
+
+fn table_of(map: &ClusterState, id: TableId) -> Result<Table, ShoalError> {
+    map.table_by_id(id)
+        .cloned()
+        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {id} does not exist")))
+}
+
+fn check_routing(table: &Table, key: &[Value], partition: PartitionId) -> Result<(), ShoalError> {
+    let owner = codec::partition_of_key(table, key);
+    if owner != partition {
+        return Err(ShoalError::new(
+            ErrorCode::InvalidArgument,
+            format!("key belongs to partition {owner}, not {partition}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads one row by primary key. None when absent.
+pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>, ShoalError> {
+    let map = node.map();
+    let table = table_of(&map, op.table)?;
+    let pa = map
+        .partition(op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
+    if read_backup {
+        node.check_readable(&map, pa)?;
+    } else {
+        node.check_primary(&map, pa)?;
+    }
+    let (key, values) = encode_key(&table, op.key)?;
+    check_routing(&table, &values, op.partition)?;
+    let part = node
+        .partition(op.table, op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    if !read_backup && part.term() > pa.primary_term {
+        return Err(ShoalError::not_primary(None, "a newer primary took over"));
+    }
+    let data = part.store.lock().get(&key).map(|s| s.data.to_vec());
+    data.map(|d| decode_row(&table, &d)).transpose()
+}
+
+/// Executes one write as primary. Must run to completion once replication started (the caller
+/// spawns it), so a vanished client cannot leave replicas disagreeing.
+pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
+    let map = node.map();
+    let table = table_of(&map, op.table)?;
+    let pa = map
+        .partition(op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?
+        .clone();
+    node.check_primary(&map, &pa)?;
+    let part = node
+        .partition(op.table, op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    if part.term() > pa.primary_term {
+        return Err(ShoalError::not_primary(None, "a newer primary took over"));
+    }
+
+    let mut full_row = None;
+    let mut update_values = op.row;
+    let key_values = match op.kind {
+        OpKind::Insert | OpKind::Upsert => {
+            let row = check_row(&table, std::mem::take(&mut update_values))?;
+            let key = table.key_of(&row);
+            full_row = Some(row);
+            key
+        }
+        OpKind::Update | OpKind::Delete => op.key,
+        OpKind::Read => return Err(ShoalError::internal("read sent down the write path")),
+    };
+    let (key, key_values) = encode_key(&table, key_values)?;
+    check_routing(&table, &key_values, op.partition)?;
+
+    let _row_lock = part.lock_row(&key, node.timing.lock_wait).await?;
+    let current = part.store.lock().get(&key).map(|s| s.data.to_vec());
+    let data = match op.kind {
+        OpKind::Insert => {
+            if current.is_some() {
+                return Err(ShoalError::new(ErrorCode::DuplicateKey, format!("duplicate key in table {}", table.name())));
+            }
+            Some(encode_row(&table, full_row.as_deref().unwrap_or_default())?)
+        }
+        OpKind::Upsert => Some(encode_row(&table, full_row.as_deref().unwrap_or_default())?),
+        OpKind::Update => {
+            let cur = current.ok_or_else(|| ShoalError::new(ErrorCode::KeyNotFound, "no row with that key"))?;
+            let mut values = decode_row(&table, &cur)?;
+            if op.columns.len() != update_values.len() {
+                return Err(ShoalError::new(ErrorCode::InvalidArgument, "update names a different number of columns and values"));
+            }
+            for (&c, v) in op.columns.iter().zip(update_values) {
+                let col = table
+                    .columns()
+                    .get(c as usize)
+                    .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no column {c}")))?;
+                if table.spec.primary_key.contains(&c) {
+                    return Err(ShoalError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("column {} is part of the primary key and cannot be updated", col.name),
+                    ));
+                }
+                values[c as usize] = coerce(col, v)?;
+            }
+            Some(encode_row(&table, &values)?)
+        }
+        OpKind::Delete => {
+            if current.is_none() {
+                return Err(ShoalError::new(ErrorCode::KeyNotFound, "no row with that key"));
+            }
+            None
+        }
+        OpKind::Read => None,
+    };
+
+    let reserved = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
+    if reserved > 0 && !node.budget.try_reserve(reserved) {
+        return Err(ShoalError::new(
+            ErrorCode::TableFull,
+            format!("table {} is full: node {} reached its data memory limit", table.name(), node.id),
+        ));
+    }
+    let image = Image { key, data, seq: part.next_seq() };
+    let inflight = part.enter_write(map.epoch);
+    if let Err(e) = replication::replicate(&node, &map, op.table, &pa, &image).await {
+        node.budget.release(reserved);
+        return Err(e);
+    }
+    {
+        let mut store = part.store.lock();
+        match image.data {
+            Some(d) => store.put_reserved(&image.key, d, image.seq, reserved),
+            None => {
+                store.delete(&image.key);
+            }
+        }
+    }
+    drop(inflight);
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! Full scans of one partition replica with filters and projection evaluated here, in the data
+//! node, so only matching rows cross the network.
+//!
+//! The scan walks the partition's slab a chunk at a time, holding the partition lock only while
+//! it reads one chunk, so writes proceed between chunks. Rows are read committed.
+
+use std::sync::Arc;
+
+use shoal_proto::codec::decode_row;
+use shoal_proto::filter::Filter;
+use shoal_proto::{Epoch, ErrorCode, PartitionId, ShoalError, TableId, Value};
+use tokio::sync::mpsc;
+
+use crate::node::Node;
+use crate::partition::Partition;
+
+/// Rows per batch when the caller does not say.
+pub const DEFAULT_BATCH_ROWS: u32 = 1000;
+/// Most rows per batch.
+pub const MAX_BATCH_ROWS: u32 = 10_000;
+/// Slots looked at per lock hold.
+const SLOTS_PER_CHUNK: u32 = 2048;
+/// Batches buffered ahead of a slow reader.
+pub const SCAN_QUEUE_BATCHES: usize = 4;
+
+pub struct ScanSpec {
+    pub epoch: Epoch,
+    pub table: TableId,
+    pub partition: PartitionId,
+    pub filters: Vec<Filter>,
+    pub projection: Vec<u32>,
+    pub batch_rows: u32,
+    pub read_backup: bool,
+}
+
+/// Keeps freed slots from being reused while a cursor walks the slab.
+pub struct CursorGuard(pub Arc<Partition>);
+
+impl CursorGuard {
+    pub fn open(part: Arc<Partition>) -> CursorGuard {
+        part.store.lock().open_cursor();
+        CursorGuard(part)
+    }
+}
+
+impl Drop for CursorGuard {
+    fn drop(&mut self) {
+        self.0.store.lock().close_cursor();
+    }
+}
+
+pub type Batch = Result<(Vec<Vec<Value>>, bool), ShoalError>;
+
+/// Runs the scan, sending batches of rows (and whether it is the last) until done, an error, or
+/// the receiver goes away.
+pub async fn run(node: Arc<Node>, spec: ScanSpec, tx: mpsc::Sender<Batch>) {
+    if let Err(e) = scan(&node, spec, &tx).await {
+        let _ = tx.send(Err(e)).await;
+    }
+}
+
+async fn scan(node: &Node, spec: ScanSpec, tx: &mpsc::Sender<Batch>) -> Result<(), ShoalError> {
+    node.ensure_epoch(spec.epoch).await?;
+    let map = node.map();
+    let table = map
+        .table_by_id(spec.table)
+        .cloned()
+        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} does not exist", spec.table)))?;
+    let pa = map
+        .partition(spec.partition)
+        .filter(|_| spec.partition < table.partition_count)
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", spec.partition)))?;
+    if spec.read_backup {
+        node.check_readable(&map, pa)?;
+    } else {
+        node.check_primary(&map, pa)?;
+    }
+    if let Some(&bad) = spec.projection.iter().find(|&&c| c as usize >= table.columns().len()) {
+        return Err(ShoalError::new(ErrorCode::InvalidArgument, format!("no column {bad} to project")));
+    }
+    let part = node
+        .partition(spec.table, spec.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    let batch_rows = match spec.batch_rows {
+        0 => DEFAULT_BATCH_ROWS,
+        n => n.min(MAX_BATCH_ROWS),
+    } as usize;
+    let cursor = CursorGuard::open(part);
+    let mut at = Some(0u32);
+    let mut batch = Vec::with_capacity(batch_rows);
+    while let Some(start) = at {
+        let mut failure = None;
+        {
+            let store = cursor.0.store.lock();
+            at = store.walk(start, SLOTS_PER_CHUNK, |slot| {
+                let row = match decode_row(&table, &slot.data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failure = Some(e);
+                        return false;
+                    }
+                };
+                if spec.filters.iter().all(|f| f.matches(&row)) {
+                    let row = if spec.projection.is_empty() {
+                        row
+                    } else {
+                        spec.projection.iter().map(|&c| row[c as usize].clone()).collect()
+                    };
+                    batch.push(row);
+                }
+                batch.len() < batch_rows
+            });
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if batch.len() >= batch_rows || at.is_none() {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_rows));
+            if tx.send(Ok((full, at.is_none()))).await.is_err() {
+                return Ok(()); // the reader went away
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! gRPC handlers of the DataNode service: convert, delegate, convert back.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use shoal_proto::convert::{values_from_pb, values_to_pb};
+use shoal_proto::filter::Filter;
+use shoal_proto::pb::{self, data_node_server::DataNode};
+use shoal_proto::{ErrorCode, ShoalError};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status};
+
+use crate::node::Node;
+use crate::ops::{self, Op, OpKind, MAX_BATCH_OPS};
+use crate::scan::{self, ScanSpec, SCAN_QUEUE_BATCHES};
+use crate::sync;
+
+pub struct Service {
+    pub node: Arc<Node>,
+}
+
+fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
+    let kind = match pb::OpKind::try_from(op.kind) {
+        Ok(pb::OpKind::Read) => OpKind::Read,
+        Ok(pb::OpKind::Insert) => OpKind::Insert,
+        Ok(pb::OpKind::Update) => OpKind::Update,
+        Ok(pb::OpKind::Upsert) => OpKind::Upsert,
+        Ok(pb::OpKind::Delete) => OpKind::Delete,
+        _ => return Err(ShoalError::new(ErrorCode::InvalidArgument, format!("unknown operation kind {}", op.kind))),
+    };
+    Ok(Op {
+        kind,
+        table: op.table_id,
+        partition: op.partition,
+        key: values_from_pb(op.key),
+        row: values_from_pb(op.row),
+        columns: op.columns,
+    })
+}
+
+fn result_to_pb(r: Result<Option<Vec<shoal_proto::Value>>, ShoalError>) -> pb::OpResult {
+    match r {
+        Ok(Some(row)) => pb::OpResult { error: None, row: values_to_pb(row), found: true },
+        Ok(None) => pb::OpResult { error: None, row: vec![], found: false },
+        Err(e) => pb::OpResult { error: Some(e.into()), row: vec![], found: false },
+    }
+}
+
+fn batch_error(e: ShoalError) -> Response<pb::BatchResponse> {
+    Response::new(pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 })
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DataNode for Service {
+    async fn execute(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
+        let req = req.into_inner();
+        if req.ops.len() > MAX_BATCH_OPS {
+            return Ok(batch_error(ShoalError::new(
+                ErrorCode::TooLarge,
+                format!("a batch holds at most {MAX_BATCH_OPS} operations"),
+            )));
+        }
+        if let Err(e) = self.node.ensure_epoch(req.epoch).await {
+            return Ok(batch_error(e));
+        }
+        let read_backup = req.read_backup;
+        let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
+        let results = if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
+            // Reads finish without waiting on anything: answer inline.
+            ops.into_iter().map(|op| op.and_then(|op| ops::read(&self.node, op, read_backup))).collect()
+        } else {
+            // Writes run in their own task: once replication starts it must finish even if the
+            // caller goes away.
+            let node = self.node.clone();
+            let task = tokio::spawn(async move {
+                let each = ops.into_iter().map(|op| {
+                    let node = node.clone();
+                    async move {
+                        let op = op?;
+                        match op.kind {
+                            OpKind::Read => ops::read(&node, op, read_backup),
+                            _ => ops::write(node, op).await.map(|()| None),
+                        }
+                    }
+                });
+                futures::future::join_all(each).await
+            });
+            task.await.map_err(|e| Status::internal(format!("batch task failed: {e}")))?
+        };
+        Ok(Response::new(pb::BatchResponse {
+            error: None,
+            results: results.into_iter().map(result_to_pb).collect(),
+            served_by: self.node.id,
+        }))
+    }
+
+    type ScanStream = BoxStream<pb::ScanBatch>;
+
+    async fn scan(&self, req: Request<pb::ScanRequest>) -> Result<Response<Self::ScanStream>, Status> {
+        let req = req.into_inner();
+        let (tx, rx) = mpsc::channel(SCAN_QUEUE_BATCHES);
+        let map = self.node.map();
+        let filters: Result<Vec<Filter>, ShoalError> = match map.table_by_id(req.table_id) {
+            Some(t) => req.filters.into_iter().map(|f| Filter::from_pb(f, t)).collect(),
+            None if req.epoch > map.epoch => Ok(vec![]), // checked again once the epoch is known
+            None => Err(ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} does not exist", req.table_id))),
+        };
+        match filters {
+            Ok(filters) => {
+                let spec = ScanSpec {
+                    epoch: req.epoch,
+                    table: req.table_id,
+                    partition: req.partition,
+                    filters,
+                    projection: req.projection,
+                    batch_rows: req.batch_rows,
+                    read_backup: req.read_backup,
+                };
+                tokio::spawn(scan::run(self.node.clone(), spec, tx));
+            }
+            Err(e) => {
+                let _ = tx.try_send(Err(e));
+            }
+        }
+        let out = ReceiverStream::new(rx).map(|b| {
+            Ok(match b {
+                Ok((rows, last)) => pb::ScanBatch {
+                    error: None,
+                    rows: rows.into_iter().map(|r| pb::Row { values: values_to_pb(r) }).collect(),
+                    last,
+                },
+                Err(e) => pb::ScanBatch { error: Some(e.into()), rows: vec![], last: true },
+            })
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn replicate(&self, req: Request<pb::ReplicateRequest>) -> Result<Response<pb::ReplicateResponse>, Status> {
+        let error = crate::replication::apply(&self.node, req.into_inner()).await.err().map(pb::Error::from);
+        Ok(Response::new(pb::ReplicateResponse { error }))
+    }
+
+    type CopyPartitionStream = BoxStream<pb::CopyChunk>;
+
+    async fn copy_partition(&self, req: Request<pb::CopyRequest>) -> Result<Response<Self::CopyPartitionStream>, Status> {
+        let (tx, rx) = mpsc::channel(SCAN_QUEUE_BATCHES);
+        tokio::spawn(sync::copy_out(self.node.clone(), req.into_inner(), tx));
+        let out = ReceiverStream::new(rx).map(|c| Ok(sync::chunk_to_pb(c)));
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn info(&self, _req: Request<pb::NodeInfoRequest>) -> Result<Response<pb::NodeInfoResponse>, Status> {
+        let node = &self.node;
+        let rows = node.partitions().iter().map(|p| p.store.lock().rows()).sum();
+        Ok(Response::new(pb::NodeInfoResponse {
+            node_id: node.id,
+            epoch: node.epoch(),
+            lease_valid: node.lease_valid(),
+            rows,
+            memory_bytes: node.budget.used(),
+            memory_limit_bytes: node.budget.limit(),
+        }))
+    }
+}

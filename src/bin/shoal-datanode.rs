@@ -1,0 +1,1 @@
+fn main() { shoal_datanode::main_entry() }
