@@ -1,1 +1,601 @@
+//! The native Shoal client (the NDB API counterpart): bootstraps from mgmd, caches and watches
+//! the cluster map, routes every key to its partition's primary, batches keys per data node,
+//! and retries transparently on stale epochs, moved primaries and failed nodes until the
+//! request's deadline. The SQL node, the CLI, the benchmarks and the tests all use it.
 
+pub mod mgmd;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use shoal_proto::codec::{self, check_row, encode_key};
+use shoal_proto::convert::{check, values_from_pb, values_to_pb};
+use shoal_proto::filter::Filter;
+use shoal_proto::pb::{self, data_node_client::DataNodeClient};
+use shoal_proto::{ClusterState, ErrorCode, NodeId, NodeState, ShoalError, Table, TableSpec, Value};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint};
+
+pub use mgmd::MgmdPool;
+pub use shoal_proto::{ColumnType, Column};
+
+pub type Result<T> = std::result::Result<T, ShoalError>;
+pub type Row = Vec<Value>;
+
+/// Deadline for one client call, retries included, unless the options say otherwise.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+/// Longest pause between retries.
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+/// Rows per scan batch requested from a data node.
+pub const SCAN_BATCH_ROWS: u32 = 1000;
+/// Scan batches buffered in the client ahead of the reader.
+const SCAN_QUEUE: usize = 4;
+
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// How long a call may take, retries included.
+    pub deadline: Duration,
+    /// Read from any complete replica instead of the primary (reads only).
+    pub read_backup: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions { deadline: DEFAULT_DEADLINE, read_backup: false }
+    }
+}
+
+/// One key operation of a batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeyOp {
+    Read { table: String, key: Row },
+    Insert { table: String, row: Row },
+    Upsert { table: String, row: Row },
+    /// Sets `columns` (by position) to `values` in the row with primary key `key`.
+    Update { table: String, key: Row, columns: Vec<u32>, values: Row },
+    Delete { table: String, key: Row },
+}
+
+/// What one operation of a batch gave: reads give the row if found.
+pub type OpOutcome = Result<Option<Row>>;
+
+#[derive(Clone, Debug, Default)]
+pub struct RetryStats {
+    pub retries: u64,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    mgmd: MgmdPool,
+    map: ArcSwap<ClusterState>,
+    epoch_tx: watch::Sender<u64>,
+    nodes: Mutex<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
+    opts: ClientOptions,
+    /// Hidden primary keys: a random prefix per client and a counter.
+    hidden_prefix: u64,
+    hidden_next: AtomicU64,
+    retries: AtomicU64,
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(h) = self.watcher.lock().take() {
+            h.abort();
+        }
+    }
+}
+
+struct Prepared {
+    partition: u32,
+    op: pb::Op,
+    is_read: bool,
+}
+
+impl Client {
+    /// Connects to the cluster through any of its mgmd nodes.
+    pub async fn connect(mgmd_addrs: &[String]) -> Result<Client> {
+        Client::connect_with(mgmd_addrs, ClientOptions::default()).await
+    }
+
+    pub async fn connect_with(mgmd_addrs: &[String], opts: ClientOptions) -> Result<Client> {
+        let mgmd = MgmdPool::new(mgmd_addrs, Duration::from_millis(1000))?;
+        let deadline = Instant::now() + opts.deadline;
+        let map = loop {
+            match mgmd.fetch_newest().await {
+                Ok(m) if !m.partitions.is_empty() => break m,
+                Ok(_) | Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+                Ok(_) => return Err(ShoalError::new(ErrorCode::NodeNotReady, "the cluster is not bootstrapped")),
+                Err(e) => return Err(e),
+            }
+        };
+        let (epoch_tx, _) = watch::channel(map.epoch);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let inner = Arc::new(Inner {
+            mgmd,
+            map: ArcSwap::from_pointee(map),
+            epoch_tx,
+            nodes: Mutex::new(HashMap::new()),
+            opts,
+            hidden_prefix: shoal_proto::hash::fmix64(nanos ^ u64::from(std::process::id())) << 32,
+            hidden_next: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            watcher: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&inner);
+        let handle = tokio::spawn(watch_map(weak));
+        *inner.watcher.lock() = Some(handle);
+        Ok(Client { inner })
+    }
+
+    /// The same cluster connection with other options.
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.opts
+    }
+
+    pub fn map(&self) -> Arc<ClusterState> {
+        self.inner.map.load_full()
+    }
+
+    /// How many times this client retried an operation (failovers show up here).
+    pub fn retries(&self) -> u64 {
+        self.inner.retries.load(Ordering::Relaxed)
+    }
+
+    pub fn mgmd(&self) -> &MgmdPool {
+        &self.inner.mgmd
+    }
+
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.map()
+            .table(name)
+            .cloned()
+            .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table {name} does not exist")))
+    }
+
+    /// Fetches the newest map now.
+    pub async fn refresh(&self) -> Result<()> {
+        let m = self.inner.mgmd.fetch_newest().await?;
+        self.inner.install(m);
+        Ok(())
+    }
+
+    // ----- DDL -----
+
+    pub async fn create_table(&self, spec: TableSpec, if_not_exists: bool) -> Result<Table> {
+        let req = pb::CreateTableRequest { spec: Some(pb::TableSpec::from(&spec)), if_not_exists };
+        let resp = self
+            .inner
+            .mgmd
+            .on_leader(|mut c| {
+                let req = req.clone();
+                async move {
+                    let r = c.create_table(req).await?.into_inner();
+                    let e = r.error.clone();
+                    Ok((r, e))
+                }
+            })
+            .await?;
+        self.wait_for_epoch(resp.epoch).await;
+        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
+        Table::try_from(t)
+    }
+
+    pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<()> {
+        let req = pb::DropTableRequest { name: name.to_string(), if_exists };
+        let resp = self
+            .inner
+            .mgmd
+            .on_leader(|mut c| {
+                let req = req.clone();
+                async move {
+                    let r = c.drop_table(req).await?.into_inner();
+                    let e = r.error.clone();
+                    Ok((r, e))
+                }
+            })
+            .await?;
+        self.wait_for_epoch(resp.epoch).await;
+        Ok(())
+    }
+
+    async fn wait_for_epoch(&self, epoch: u64) {
+        let deadline = Instant::now() + self.inner.opts.deadline;
+        while self.map().epoch < epoch && Instant::now() < deadline {
+            if self.refresh().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    // ----- key operations -----
+
+    pub async fn insert(&self, table: &str, row: Row) -> Result<()> {
+        self.one(KeyOp::Insert { table: table.into(), row }).await.map(|_| ())
+    }
+
+    pub async fn upsert(&self, table: &str, row: Row) -> Result<()> {
+        self.one(KeyOp::Upsert { table: table.into(), row }).await.map(|_| ())
+    }
+
+    /// Sets the named columns of the row with this primary key.
+    pub async fn update(&self, table: &str, key: Row, set: &[(&str, Value)]) -> Result<()> {
+        let t = self.table(table)?;
+        let mut columns = vec![];
+        let mut values = vec![];
+        for (name, v) in set {
+            let c = t
+                .column_index(name)
+                .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("table {table} has no column {name}")))?;
+            columns.push(c as u32);
+            values.push(v.clone());
+        }
+        self.one(KeyOp::Update { table: table.into(), key, columns, values }).await.map(|_| ())
+    }
+
+    pub async fn delete(&self, table: &str, key: Row) -> Result<()> {
+        self.one(KeyOp::Delete { table: table.into(), key }).await.map(|_| ())
+    }
+
+    /// Reads one row by primary key.
+    pub async fn get(&self, table: &str, key: Row) -> Result<Option<Row>> {
+        self.one(KeyOp::Read { table: table.into(), key }).await
+    }
+
+    /// Reads many rows by primary key in one round trip per data node.
+    pub async fn batch_get(&self, table: &str, keys: Vec<Row>) -> Result<Vec<Option<Row>>> {
+        let ops = keys.into_iter().map(|key| KeyOp::Read { table: table.into(), key }).collect();
+        self.batch(ops).await.into_iter().collect()
+    }
+
+    async fn one(&self, op: KeyOp) -> Result<Option<Row>> {
+        self.batch(vec![op]).await.pop().unwrap_or_else(|| Err(ShoalError::internal("empty batch result")))
+    }
+
+    /// Runs key operations, batched per data node; each gets its own outcome. Operations are
+    /// independent (no transaction): each is atomic and durable on every live replica when it
+    /// succeeds.
+    pub async fn batch(&self, ops: Vec<KeyOp>) -> Vec<OpOutcome> {
+        let read_backup = self.inner.opts.read_backup;
+        self.run_batch(ops, read_backup, None).await
+    }
+
+    /// Reads a key from one particular data node (which must hold a complete replica), for
+    /// checks of replication.
+    pub async fn get_from_node(&self, node: NodeId, table: &str, key: Row) -> Result<Option<Row>> {
+        self.run_batch(vec![KeyOp::Read { table: table.into(), key }], true, Some(node))
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(ShoalError::internal("empty batch result")))
+    }
+
+    fn prepare(&self, map: &ClusterState, op: &KeyOp) -> Result<Prepared> {
+        let (name, kind) = match op {
+            KeyOp::Read { table, .. } => (table, pb::OpKind::Read),
+            KeyOp::Insert { table, .. } => (table, pb::OpKind::Insert),
+            KeyOp::Upsert { table, .. } => (table, pb::OpKind::Upsert),
+            KeyOp::Update { table, .. } => (table, pb::OpKind::Update),
+            KeyOp::Delete { table, .. } => (table, pb::OpKind::Delete),
+        };
+        let table = map
+            .table(name)
+            .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table {name} does not exist")))?;
+        let (key, row, columns) = match op {
+            KeyOp::Read { key, .. } | KeyOp::Delete { key, .. } => (key.clone(), vec![], vec![]),
+            KeyOp::Update { key, columns, values, .. } => (key.clone(), values.clone(), columns.clone()),
+            KeyOp::Insert { row, .. } | KeyOp::Upsert { row, .. } => {
+                let mut row = row.clone();
+                if table.hidden_pk && row.len() + 1 == table.columns().len() {
+                    let n = self.inner.hidden_next.fetch_add(1, Ordering::Relaxed);
+                    row.push(Value::Uint(self.inner.hidden_prefix | (n & 0xffff_ffff)));
+                }
+                let row = check_row(table, row)?;
+                (table.key_of(&row), row, vec![])
+            }
+        };
+        let (_, key) = encode_key(table, key)?;
+        let partition = codec::partition_of_key(table, &key);
+        let key = if matches!(kind, pb::OpKind::Insert | pb::OpKind::Upsert) { vec![] } else { key };
+        Ok(Prepared {
+            partition,
+            op: pb::Op {
+                kind: kind as i32,
+                table_id: table.id,
+                partition,
+                key: values_to_pb(key),
+                row: values_to_pb(row),
+                columns,
+            },
+            is_read: kind == pb::OpKind::Read,
+        })
+    }
+
+    async fn run_batch(&self, ops: Vec<KeyOp>, read_backup: bool, only_node: Option<NodeId>) -> Vec<OpOutcome> {
+        let deadline = Instant::now() + self.inner.opts.deadline;
+        let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
+        let mut pending: Vec<usize> = (0..ops.len()).collect();
+        let mut backoff = Duration::from_millis(5);
+        let mut last_err: HashMap<usize, ShoalError> = HashMap::new();
+        let mut spread = 0usize;
+        let mut refreshed_for_missing = false;
+        loop {
+            let mut missing = false;
+            let map = self.map();
+            let mut by_node: HashMap<NodeId, Vec<(usize, Prepared)>> = HashMap::new();
+            let mut retry = vec![];
+            for &i in &pending {
+                let prepared = match self.prepare(&map, &ops[i]) {
+                    Ok(p) => p,
+                    Err(e) if e.code == ErrorCode::NoSuchTable && !refreshed_for_missing => {
+                        // Another client may have just created it: look at the newest map once.
+                        missing = true;
+                        retry.push(i);
+                        last_err.insert(i, e);
+                        continue;
+                    }
+                    Err(e) => {
+                        out[i] = Some(Err(e));
+                        continue;
+                    }
+                };
+                match route(&map, &prepared, read_backup, only_node, &mut spread) {
+                    Some(node) => by_node.entry(node).or_default().push((i, prepared)),
+                    None => {
+                        last_err.insert(
+                            i,
+                            ShoalError::new(
+                                ErrorCode::PartitionUnavailable,
+                                format!("partition {} has no live replica", prepared.partition),
+                            ),
+                        );
+                        retry.push(i);
+                    }
+                }
+            }
+            let sends = by_node.into_iter().map(|(node, items)| {
+                let map = map.clone();
+                async move {
+                    let (idx, prepared): (Vec<usize>, Vec<Prepared>) = items.into_iter().unzip();
+                    let req = pb::BatchRequest {
+                        epoch: map.epoch,
+                        read_backup,
+                        ops: prepared.into_iter().map(|p| p.op).collect(),
+                        schema_version: 0,
+                    };
+                    (idx, self.send(node, req).await)
+                }
+            });
+            let mut saw_newer_epoch = false;
+            for (idx, resp) in futures::future::join_all(sends).await {
+                match resp {
+                    Ok(results) => {
+                        for (i, r) in idx.into_iter().zip(results) {
+                            match check(r.error) {
+                                Ok(()) => out[i] = Some(Ok(r.found.then(|| values_from_pb(r.row)))),
+                                Err(e) if e.is_retriable() => {
+                                    saw_newer_epoch |= e.current_epoch > map.epoch;
+                                    last_err.insert(i, e);
+                                    retry.push(i);
+                                }
+                                Err(e) => out[i] = Some(Err(e)),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        saw_newer_epoch |= e.current_epoch > map.epoch;
+                        for i in idx {
+                            last_err.insert(i, e.clone());
+                            retry.push(i);
+                        }
+                    }
+                }
+            }
+            if retry.is_empty() {
+                break;
+            }
+            if Instant::now() + backoff >= deadline {
+                for i in retry {
+                    let e = last_err.remove(&i).unwrap_or_else(|| ShoalError::new(ErrorCode::Timeout, "deadline passed"));
+                    out[i] = Some(Err(ShoalError::new(
+                        ErrorCode::Timeout,
+                        format!("gave up after {:?}: {e}", self.inner.opts.deadline),
+                    )));
+                }
+                break;
+            }
+            self.inner.retries.fetch_add(retry.len() as u64, Ordering::Relaxed);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            if saw_newer_epoch || missing || backoff >= Duration::from_millis(40) {
+                refreshed_for_missing |= missing;
+                let _ = self.refresh().await;
+            }
+            pending = retry;
+        }
+        out.into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome"))))
+            .collect()
+    }
+
+    fn node_client(&self, id: NodeId) -> Result<DataNodeClient<Channel>> {
+        let map = self.map();
+        let addr = map
+            .node(id)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| ShoalError::internal(format!("node {id} is not in the map")))?;
+        let mut nodes = self.inner.nodes.lock();
+        if let Some((a, c)) = nodes.get(&id) {
+            if *a == addr {
+                return Ok(c.clone());
+            }
+        }
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| ShoalError::new(ErrorCode::InvalidArgument, format!("node {id} address {addr}: {e}")))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .connect_lazy();
+        let c = DataNodeClient::new(ch)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024);
+        nodes.insert(id, (addr, c.clone()));
+        Ok(c)
+    }
+
+    async fn send(&self, node: NodeId, req: pb::BatchRequest) -> Result<Vec<pb::OpResult>> {
+        let mut client = self.node_client(node)?;
+        let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
+        match tokio::time::timeout(attempt, client.execute(req)).await {
+            Ok(Ok(resp)) => {
+                let resp = resp.into_inner();
+                check(resp.error)?;
+                Ok(resp.results)
+            }
+            Ok(Err(status)) => Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", status.message()))),
+            Err(_) => Err(ShoalError::new(ErrorCode::Timeout, format!("node {node} did not answer in {attempt:?}"))),
+        }
+    }
+
+    // ----- scans -----
+
+    /// Streams every row of `table` that passes all `filters` (evaluated in the data nodes),
+    /// partition by partition. Projection: column positions, empty for all. A failure before a
+    /// partition sent its first rows is retried; one in the middle of a partition ends the
+    /// stream with an error.
+    pub fn scan(&self, table: &str, filters: Vec<Filter>, projection: Vec<u32>) -> tokio_stream::wrappers::ReceiverStream<Result<Row>> {
+        let (tx, rx) = mpsc::channel(SCAN_QUEUE * SCAN_BATCH_ROWS as usize);
+        let client = self.clone();
+        let table = table.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = client.scan_into(&table, filters, projection, &tx).await {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        tokio_stream::wrappers::ReceiverStream::new(rx)
+    }
+
+    async fn scan_into(&self, table: &str, filters: Vec<Filter>, projection: Vec<u32>, tx: &mpsc::Sender<Result<Row>>) -> Result<()> {
+        let t = self.table(table)?;
+        let read_backup = self.inner.opts.read_backup;
+        for partition in 0..t.partition_count {
+            let deadline = Instant::now() + self.inner.opts.deadline;
+            let mut spread = partition as usize;
+            loop {
+                let map = self.map();
+                let req = pb::ScanRequest {
+                    epoch: map.epoch,
+                    table_id: t.id,
+                    partition,
+                    filters: filters.iter().map(Filter::to_pb).collect(),
+                    projection: projection.clone(),
+                    batch_rows: SCAN_BATCH_ROWS,
+                    read_backup,
+                };
+                let probe = Prepared { partition, op: pb::Op::default(), is_read: true };
+                let result = match route(&map, &probe, read_backup, None, &mut spread) {
+                    None => Err((false, ShoalError::new(ErrorCode::PartitionUnavailable, format!("partition {partition} has no live replica")))),
+                    Some(node) => self.scan_partition(node, req, tx).await,
+                };
+                match result {
+                    Ok(()) => break,
+                    Err((false, e)) if e.is_retriable() && Instant::now() < deadline => {
+                        self.inner.retries.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let _ = self.refresh().await;
+                    }
+                    Err((_, e)) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Err((rows_already_sent, error)).
+    async fn scan_partition(&self, node: NodeId, req: pb::ScanRequest, tx: &mpsc::Sender<Result<Row>>) -> std::result::Result<(), (bool, ShoalError)> {
+        let mut client = self.node_client(node).map_err(|e| (false, e))?;
+        let mut stream = client
+            .scan(req)
+            .await
+            .map_err(|s| (false, ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", s.message()))))?
+            .into_inner();
+        let mut sent = false;
+        while let Some(batch) = stream.next().await {
+            let batch = batch.map_err(|s| (sent, ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", s.message()))))?;
+            check(batch.error).map_err(|e| (sent, e))?;
+            for row in batch.rows {
+                sent = true;
+                if tx.send(Ok(values_from_pb(row.values))).await.is_err() {
+                    return Ok(()); // reader went away
+                }
+            }
+            if batch.last {
+                return Ok(());
+            }
+        }
+        Err((sent, ShoalError::new(ErrorCode::NodeNotReady, format!("node {node} ended the scan early"))))
+    }
+}
+
+/// Picks the node for an operation: the primary, or for read-backup reads any complete replica
+/// (spread round-robin).
+fn route(map: &ClusterState, p: &Prepared, read_backup: bool, only: Option<NodeId>, spread: &mut usize) -> Option<NodeId> {
+    let pa = map.partition(p.partition)?;
+    if let Some(n) = only {
+        return Some(n);
+    }
+    if read_backup && p.is_read {
+        let up: Vec<NodeId> = pa
+            .replicas
+            .iter()
+            .filter(|r| !r.syncing && map.node(r.node_id).is_some_and(|n| n.state == NodeState::Up))
+            .map(|r| r.node_id)
+            .collect();
+        if !up.is_empty() {
+            *spread = spread.wrapping_add(1);
+            return Some(up[*spread % up.len()]);
+        }
+    }
+    pa.primary
+}
+
+impl Inner {
+    fn install(&self, m: ClusterState) {
+        if m.epoch > self.map.load().epoch {
+            let e = m.epoch;
+            self.map.store(Arc::new(m));
+            self.epoch_tx.send_replace(e);
+        }
+    }
+}
+
+/// Follows the map through a watch stream from one mgmd after another while the client lives.
+async fn watch_map(inner: std::sync::Weak<Inner>) {
+    let mut i = 0usize;
+    loop {
+        let Some(me) = inner.upgrade() else { return };
+        let mut c = me.mgmd.client(i);
+        let known = me.map.load().epoch;
+        let timeout = me.mgmd.call_timeout();
+        drop(me);
+        if let Ok(Ok(resp)) = tokio::time::timeout(timeout, c.watch_cluster_state(pb::WatchRequest { known_epoch: known })).await {
+            let mut stream = resp.into_inner();
+            while let Some(Ok(state)) = stream.next().await {
+                let Some(me) = inner.upgrade() else { return };
+                if let Ok(s) = ClusterState::try_from(state) {
+                    me.install(s);
+                }
+            }
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -2,76 +2,33 @@
 //! failure reports about peers, and sync reports.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shoal_proto::convert::check;
+use shoal_client::MgmdPool;
 use shoal_proto::pb::{self, mgmd_client::MgmdClient};
-use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, ShoalError};
+use shoal_proto::{ClusterState, Epoch, NodeId, ShoalError};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::node::Node;
 
 pub struct MgmdLink {
-    clients: Vec<(String, MgmdClient<Channel>)>,
-    /// Index of the mgmd that last answered as leader.
-    leader: AtomicUsize,
-    call_timeout: Duration,
+    pool: MgmdPool,
 }
 
 impl MgmdLink {
     pub fn new(addrs: &[String], call_timeout: Duration) -> Result<MgmdLink, ShoalError> {
-        let mut clients = vec![];
-        for a in addrs {
-            let ep = Endpoint::from_shared(format!("http://{a}"))
-                .map_err(|e| ShoalError::new(ErrorCode::InvalidArgument, format!("mgmd address {a}: {e}")))?
-                .connect_timeout(Duration::from_millis(300))
-                .tcp_nodelay(true);
-            clients.push((a.clone(), MgmdClient::new(ep.connect_lazy())));
-        }
-        if clients.is_empty() {
-            return Err(ShoalError::new(ErrorCode::InvalidArgument, "no mgmd address"));
-        }
-        Ok(MgmdLink { clients, leader: AtomicUsize::new(0), call_timeout })
+        Ok(MgmdLink { pool: MgmdPool::new(addrs, call_timeout)? })
     }
 
-    /// Calls the mgmd leader, following NOT_LEADER hints and skipping unreachable mgmds.
     async fn on_leader<T, F, Fut>(&self, f: F) -> Result<T, ShoalError>
     where
         F: Fn(MgmdClient<Channel>) -> Fut,
         Fut: Future<Output = Result<(T, Option<pb::Error>), tonic::Status>>,
     {
-        let n = self.clients.len();
-        let mut i = self.leader.load(Ordering::Relaxed) % n;
-        let mut last = ShoalError::new(ErrorCode::NotLeader, "no mgmd leader reachable");
-        for _ in 0..2 * n + 1 {
-            match tokio::time::timeout(self.call_timeout, f(self.clients[i].1.clone())).await {
-                Ok(Ok((t, err))) => match check(err) {
-                    Ok(()) => {
-                        self.leader.store(i, Ordering::Relaxed);
-                        return Ok(t);
-                    }
-                    Err(e) if e.code == ErrorCode::NotLeader => {
-                        let hinted = self.clients.iter().position(|(a, _)| !e.hint_addr.is_empty() && *a == e.hint_addr);
-                        i = hinted.unwrap_or((i + 1) % n);
-                        last = e;
-                    }
-                    Err(e) => return Err(e),
-                },
-                Ok(Err(status)) => {
-                    last = ShoalError::new(ErrorCode::NotLeader, format!("mgmd {}: {}", self.clients[i].0, status.message()));
-                    i = (i + 1) % n;
-                }
-                Err(_) => {
-                    last = ShoalError::new(ErrorCode::Timeout, format!("mgmd {} did not answer", self.clients[i].0));
-                    i = (i + 1) % n;
-                }
-            }
-        }
-        Err(last)
+        self.pool.on_leader(f).await
     }
 
     pub async fn heartbeat(&self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse, ShoalError> {
@@ -106,16 +63,7 @@ impl MgmdLink {
 
     /// The newest map any reachable mgmd has.
     pub async fn fetch_newest(&self) -> Option<ClusterState> {
-        let calls = self.clients.iter().map(|(_, c)| {
-            let mut c = c.clone();
-            async move { tokio::time::timeout(self.call_timeout, c.get_cluster_state(pb::Empty {})).await }
-        });
-        futures::future::join_all(calls)
-            .await
-            .into_iter()
-            .filter_map(|r| r.ok()?.ok())
-            .filter_map(|r| ClusterState::try_from(r.into_inner()).ok())
-            .max_by_key(|s| s.epoch)
+        self.pool.fetch_newest().await.ok()
     }
 }
 
@@ -162,9 +110,9 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32) {
 pub async fn watch_loop(node: Arc<Node>, link: Arc<MgmdLink>) {
     let mut i = 0usize;
     loop {
-        let mut client = link.clients[i % link.clients.len()].1.clone();
+        let mut client = link.pool.client(i);
         let req = pb::WatchRequest { known_epoch: node.epoch() };
-        if let Ok(Ok(resp)) = tokio::time::timeout(link.call_timeout, client.watch_cluster_state(req)).await {
+        if let Ok(Ok(resp)) = tokio::time::timeout(link.pool.call_timeout(), client.watch_cluster_state(req)).await {
             let mut stream = resp.into_inner();
             loop {
                 tokio::select! {
