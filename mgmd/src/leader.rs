@@ -1,0 +1,570 @@
+//! What only the Raft leader does, all from memory it rebuilds each term: answer data node
+//! heartbeats and grant leases, batch joins, detect failures, bootstrap the model.
+//!
+//! Leases keep invariant 3 (at most one primary per partition): a data node serves as primary
+//! only while it holds a lease, and a lease is granted only while this leader was confirmed
+//! by a Raft quorum within [`LEADER_CONFIRM_WINDOW_MS`]. A node is declared down only after
+//! `failure_timeout_ms` without heartbeats, which the config keeps above
+//! `lease_ms + LEADER_CONFIRM_WINDOW_MS`, so its last lease has run out first. A new leader
+//! has no history, so it starts every node's clock at its own election (a grace period); that
+//! also covers leases the previous leader granted, which it could only do while confirmed,
+//! i.e. before this leader was elected.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::{RaftMetrics, ServerState};
+use parking_lot::Mutex;
+use shoal_proto::config::{ClusterConfig, LEADER_CONFIRM_WINDOW_MS};
+use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, NodeState, ShoalError};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::raft::{node_id, Consensus};
+use crate::state::{Command, CommandResult, JoinInfo, Outcome};
+
+/// How often the leader checks for failures, due joins and its quorum confirmation.
+pub const LEADER_TICK_MS: u64 = 50;
+/// A group with no live primary waits this long after its first join request for the rest
+/// of its nodes, so that they start together and share the primaries.
+pub const GROUP_START_WAIT_MS: u64 = 3000;
+/// Pause before proposing a join or bootstrap again after a failed attempt.
+pub const RETRY_AFTER_MS: u64 = 500;
+/// Upper bound on one quorum confirmation round.
+pub const CONFIRM_TIMEOUT_MS: u64 = 500;
+
+/// A data node's heartbeat, validated.
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    pub node_id: NodeId,
+    pub incarnation: u64,
+    pub addr: String,
+    pub pid: u32,
+    pub epoch: Epoch,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeartbeatAnswer {
+    /// 0: no lease; the node must not serve as primary.
+    pub lease_ms: u64,
+    pub state: NodeState,
+    pub epoch: Epoch,
+}
+
+struct PendingJoin {
+    info: JoinInfo,
+    first_asked: Instant,
+    last_asked: Instant,
+    in_flight: bool,
+    not_before: Instant,
+}
+
+/// The leader's memory for one term.
+struct Term {
+    term: u64,
+    /// When this node became leader: the failure detector's grace period starts here.
+    since: Instant,
+    /// The state machine has applied everything committed before this term: decisions may
+    /// be taken from the local model.
+    caught_up: bool,
+    /// Start of the last quorum confirmation that succeeded.
+    confirmed_at: Option<Instant>,
+    /// Last heartbeat per data node, with the incarnation it came from.
+    last_seen: HashMap<NodeId, (Instant, u64)>,
+    /// Last lease granted per data node (time the heartbeat arrived; the lease runs from
+    /// before then, so it has surely run out `lease_ms` after this).
+    granted: HashMap<NodeId, Instant>,
+    joins: BTreeMap<NodeId, PendingJoin>,
+    downs_in_flight: HashSet<NodeId>,
+    bootstrap_in_flight: bool,
+    bootstrap_not_before: Instant,
+}
+
+impl Term {
+    fn new(term: u64, now: Instant) -> Term {
+        Term {
+            term,
+            since: now,
+            caught_up: false,
+            confirmed_at: None,
+            last_seen: HashMap::new(),
+            granted: HashMap::new(),
+            joins: BTreeMap::new(),
+            downs_in_flight: HashSet::new(),
+            bootstrap_in_flight: false,
+            bootstrap_not_before: now,
+        }
+    }
+
+    fn confirmed(&self, now: Instant) -> bool {
+        self.caught_up
+            && self.confirmed_at.is_some_and(|c| {
+                now.saturating_duration_since(c) < Duration::from_millis(LEADER_CONFIRM_WINDOW_MS)
+            })
+    }
+}
+
+pub struct Leader {
+    consensus: Consensus,
+    /// The config file this mgmd started with: bootstraps the model, and names the data nodes
+    /// until the model does.
+    file_config: Arc<ClusterConfig>,
+    term: Mutex<Option<Term>>,
+}
+
+fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
+    ShoalError::new(code, msg)
+}
+
+impl Leader {
+    pub fn new(consensus: Consensus, file_config: Arc<ClusterConfig>) -> Arc<Leader> {
+        Arc::new(Leader {
+            consensus,
+            file_config,
+            term: Mutex::new(None),
+        })
+    }
+
+    /// The configuration in force: the replicated one once bootstrapped.
+    fn config(&self) -> Arc<ClusterConfig> {
+        self.consensus
+            .published
+            .config()
+            .unwrap_or_else(|| self.file_config.clone())
+    }
+
+    /// Starts the leader's background tasks; they end when `shutdown` turns true.
+    pub fn spawn(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+        vec![
+            tokio::spawn(self.clone().follow_metrics(shutdown.clone())),
+            tokio::spawn(self.clone().confirm_loop(shutdown.clone())),
+            tokio::spawn(self.clone().tick_loop(shutdown)),
+        ]
+    }
+
+    /// Tracks leadership: a fresh [`Term`] when this node becomes leader, none otherwise; and
+    /// the leader id in the published cluster map.
+    async fn follow_metrics(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut metrics = self.consensus.raft.metrics();
+        loop {
+            self.on_metrics(&metrics.borrow_and_update());
+            tokio::select! {
+                r = metrics.changed() => if r.is_err() { break },
+                _ = shutdown.wait_for(|&s| s) => break,
+            }
+        }
+        *self.term.lock() = None;
+    }
+
+    fn on_metrics(&self, m: &RaftMetrics<u64, openraft::BasicNode>) {
+        self.consensus
+            .published
+            .set_leader(m.current_leader.map(node_id).unwrap_or(0));
+        let leading = m.state == ServerState::Leader && m.running_state.is_ok();
+        let mut term = self.term.lock();
+        match (&*term, leading) {
+            (Some(t), true) if t.term == m.current_term => {}
+            (_, true) => {
+                tracing::info!(
+                    term = m.current_term,
+                    "mgmd {} became raft leader",
+                    self.consensus.id
+                );
+                *term = Some(Term::new(m.current_term, Instant::now()));
+            }
+            (Some(t), false) => {
+                tracing::info!(
+                    term = t.term,
+                    "mgmd {} is no longer raft leader",
+                    self.consensus.id
+                );
+                *term = None;
+            }
+            (None, false) => {}
+        }
+    }
+
+    /// While leader, asks a quorum every tick whether we still lead. Leases are granted only
+    /// within [`LEADER_CONFIRM_WINDOW_MS`] of the start of the last successful round.
+    async fn confirm_loop(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(LEADER_TICK_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.wait_for(|&s| s) => break,
+            }
+            let Some(term) = self.term.lock().as_ref().map(|t| t.term) else {
+                continue;
+            };
+            let start = Instant::now();
+            let res = tokio::time::timeout(
+                Duration::from_millis(CONFIRM_TIMEOUT_MS),
+                self.consensus.raft.get_read_log_id(),
+            )
+            .await;
+            if let Ok(Ok((read, applied))) = res {
+                let mut guard = self.term.lock();
+                if let Some(t) = guard.as_mut().filter(|t| t.term == term) {
+                    t.confirmed_at = Some(start);
+                    if !t.caught_up && applied >= read {
+                        t.caught_up = true;
+                        tracing::info!(
+                            term,
+                            "mgmd {} leader caught up; taking decisions",
+                            self.consensus.id
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    async fn tick_loop(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(LEADER_TICK_MS));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.wait_for(|&s| s) => break,
+            }
+            self.tick(Instant::now());
+        }
+    }
+
+    /// One round of leader decisions. Proposals run in their own tasks so a slow commit
+    /// never delays failure detection; in-flight flags keep them from being proposed twice.
+    fn tick(self: &Arc<Self>, now: Instant) {
+        let cluster = self.consensus.published.current();
+        let config = self.config();
+        let mut guard = self.term.lock();
+        let Some(t) = guard.as_mut() else { return };
+        if !t.caught_up {
+            return;
+        }
+        if cluster.epoch == 0 {
+            // Not bootstrapped: nothing else makes sense until it is.
+            if !t.bootstrap_in_flight && now >= t.bootstrap_not_before {
+                t.bootstrap_in_flight = true;
+                tracing::info!(
+                    "mgmd {} proposing bootstrap of cluster {:?}",
+                    self.consensus.id,
+                    config.cluster.name
+                );
+                self.spawn_bootstrap(t.term);
+            }
+            return;
+        }
+        self.detect_failures(t, &cluster, &config, now);
+        self.propose_due_joins(t, &cluster, &config, now);
+    }
+
+    fn spawn_bootstrap(self: &Arc<Self>, term: u64) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let res = me
+                .consensus
+                .propose(Command::Bootstrap {
+                    config: (*me.file_config).clone(),
+                })
+                .await;
+            if let Err(e) = &res {
+                tracing::warn!("bootstrap failed: {e}");
+            }
+            if let Some(t) = me.term.lock().as_mut().filter(|t| t.term == term) {
+                t.bootstrap_in_flight = false;
+                if res.is_err() {
+                    t.bootstrap_not_before = Instant::now() + Duration::from_millis(RETRY_AFTER_MS);
+                }
+            }
+        });
+    }
+
+    fn detect_failures(
+        self: &Arc<Self>,
+        t: &mut Term,
+        cluster: &ClusterState,
+        config: &ClusterConfig,
+        now: Instant,
+    ) {
+        let timeout = Duration::from_millis(config.cluster.failure_timeout_ms);
+        for n in &cluster.nodes {
+            if n.kind != NodeKind::DataNode
+                || n.state == NodeState::Down
+                || t.downs_in_flight.contains(&n.id)
+            {
+                continue;
+            }
+            let last = match t.last_seen.get(&n.id) {
+                Some(&(at, inc)) if inc == n.incarnation => at.max(t.since),
+                _ => t.since,
+            };
+            let silent = now.saturating_duration_since(last);
+            if silent <= timeout {
+                continue;
+            }
+            let reason = format!("no heartbeat for {} ms", silent.as_millis());
+            tracing::info!(
+                node = n.id,
+                incarnation = n.incarnation,
+                state = n.state.name(),
+                "failure detector: declaring data node {} down: {reason}",
+                n.id
+            );
+            t.downs_in_flight.insert(n.id);
+            let cmd = Command::Down {
+                id: n.id,
+                incarnation: n.incarnation,
+                reason,
+            };
+            let (me, term, id) = (self.clone(), t.term, n.id);
+            tokio::spawn(async move {
+                let res = me.consensus.propose(cmd).await;
+                log_result(&format!("down of data node {id}"), &res);
+                if let Some(t) = me.term.lock().as_mut().filter(|t| t.term == term) {
+                    t.downs_in_flight.remove(&id);
+                }
+            });
+        }
+    }
+
+    fn propose_due_joins(
+        self: &Arc<Self>,
+        t: &mut Term,
+        cluster: &ClusterState,
+        config: &ClusterConfig,
+        now: Instant,
+    ) {
+        // Forget nodes that asked once and went quiet: they will ask again.
+        let forget_after = Duration::from_millis(config.cluster.failure_timeout_ms);
+        t.joins.retain(|_, p| {
+            p.in_flight || now.saturating_duration_since(p.last_asked) <= forget_after
+        });
+
+        let mut groups: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
+        for (&id, p) in &t.joins {
+            if p.in_flight || now < p.not_before {
+                continue;
+            }
+            if let Some(group) = config
+                .datanode
+                .iter()
+                .find(|d| d.id == id)
+                .map(|d| d.node_group)
+            {
+                groups.entry(group).or_default().push(id);
+            }
+        }
+        for (group, ids) in groups {
+            let live = cluster
+                .partitions
+                .iter()
+                .any(|p| p.node_group == group && p.primary.is_some());
+            if !live {
+                let members = config.datanode.iter().filter(|d| d.node_group == group);
+                let all_asked = members.clone().all(|d| ids.contains(&d.id));
+                let first = ids
+                    .iter()
+                    .filter_map(|id| t.joins.get(id))
+                    .map(|p| p.first_asked)
+                    .min();
+                let waited = first.is_some_and(|f| {
+                    now.saturating_duration_since(f) >= Duration::from_millis(GROUP_START_WAIT_MS)
+                });
+                if !all_asked && !waited {
+                    continue;
+                }
+                tracing::info!(
+                    group,
+                    nodes = ?ids,
+                    "starting node group {group} with {} of {} nodes{}",
+                    ids.len(),
+                    members.count(),
+                    if all_asked { "" } else { " (waited long enough for the rest)" }
+                );
+            } else {
+                tracing::info!(group, nodes = ?ids, "data nodes {ids:?} joining live node group {group}");
+            }
+            let mut nodes: Vec<JoinInfo> = Vec::with_capacity(ids.len());
+            for id in &ids {
+                if let Some(p) = t.joins.get_mut(id) {
+                    p.in_flight = true;
+                    nodes.push(p.info.clone());
+                }
+            }
+            let (me, term) = (self.clone(), t.term);
+            tokio::spawn(async move {
+                let res = me
+                    .consensus
+                    .propose(Command::Join {
+                        nodes: nodes.clone(),
+                    })
+                    .await;
+                log_result(&format!("join of {ids:?}"), &res);
+                let mut guard = me.term.lock();
+                let Some(t) = guard.as_mut().filter(|t| t.term == term) else {
+                    return;
+                };
+                for j in nodes {
+                    let Some(p) = t.joins.get_mut(&j.id) else {
+                        continue;
+                    };
+                    if res.is_ok() && p.info.incarnation == j.incarnation {
+                        t.joins.remove(&j.id);
+                    } else {
+                        p.in_flight = false;
+                        p.not_before = Instant::now() + Duration::from_millis(RETRY_AFTER_MS);
+                    }
+                }
+            });
+        }
+    }
+
+    /// Answers a data node's heartbeat; see the module docs for when a lease is granted.
+    pub fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatAnswer, ShoalError> {
+        let now = Instant::now();
+        let cluster = self.consensus.published.current();
+        let config = self.config();
+        let mut guard = self.term.lock();
+        let Some(t) = guard.as_mut() else {
+            return Err(self.consensus.not_leader(self.consensus.leader()));
+        };
+        if !config.datanode.iter().any(|d| d.id == hb.node_id) {
+            return Err(err(
+                ErrorCode::InvalidArgument,
+                format!("node {} is not a configured data node", hb.node_id),
+            ));
+        }
+        t.last_seen.insert(hb.node_id, (now, hb.incarnation));
+        let node = cluster
+            .node(hb.node_id)
+            .filter(|n| n.kind == NodeKind::DataNode);
+        if let Some(n) =
+            node.filter(|n| n.state != NodeState::Down && n.incarnation == hb.incarnation)
+        {
+            if t.joins.get(&hb.node_id).is_some_and(|p| !p.in_flight) {
+                t.joins.remove(&hb.node_id);
+            }
+            let lease_ms = if t.confirmed(now) {
+                config.cluster.lease_ms
+            } else {
+                0
+            };
+            if lease_ms > 0 {
+                t.granted.insert(hb.node_id, now);
+            }
+            return Ok(HeartbeatAnswer {
+                lease_ms,
+                state: n.state,
+                epoch: cluster.epoch,
+            });
+        }
+        // Down, restarted (new incarnation) or not in the model yet: it has to join first.
+        let info = JoinInfo {
+            id: hb.node_id,
+            addr: hb.addr,
+            pid: hb.pid,
+            incarnation: hb.incarnation,
+        };
+        let p = t.joins.entry(hb.node_id).or_insert_with(|| {
+            tracing::info!(
+                node = hb.node_id,
+                incarnation = hb.incarnation,
+                "data node {} asks to join",
+                hb.node_id
+            );
+            PendingJoin {
+                info: info.clone(),
+                first_asked: now,
+                last_asked: now,
+                in_flight: false,
+                not_before: now,
+            }
+        });
+        p.last_asked = now;
+        if !p.in_flight {
+            p.info = info;
+        }
+        // The model's state belongs to an older incarnation: for this one the node is down.
+        Ok(HeartbeatAnswer {
+            lease_ms: 0,
+            state: NodeState::Down,
+            epoch: cluster.epoch,
+        })
+    }
+
+    /// A peer could not reach `node_id`. Declares it down, but only once every lease it may
+    /// still hold has run out, so its backups are never promoted while it may act as primary.
+    pub async fn report_failure(
+        &self,
+        reporter: NodeId,
+        node_id: NodeId,
+        reason: &str,
+    ) -> CommandResult {
+        let cluster = self.consensus.published.current();
+        let config = self.config();
+        let lease = Duration::from_millis(config.cluster.lease_ms);
+        let (node, fence_until) = {
+            let guard = self.term.lock();
+            let Some(t) = guard.as_ref() else {
+                return Err(self.consensus.not_leader(self.consensus.leader()));
+            };
+            if !t.caught_up {
+                return Err(err(
+                    ErrorCode::NodeNotReady,
+                    "the new mgmd leader is still catching up; retry",
+                ));
+            }
+            let Some(node) = cluster
+                .node(node_id)
+                .filter(|n| n.kind == NodeKind::DataNode)
+                .cloned()
+            else {
+                return Err(err(
+                    ErrorCode::InvalidArgument,
+                    format!("node {node_id} is not a configured data node"),
+                ));
+            };
+            // Leases granted by a previous leader end at most a confirmation window plus a
+            // lease after this leader took over.
+            let previous = t.since + Duration::from_millis(LEADER_CONFIRM_WINDOW_MS) + lease;
+            let mine = t.granted.get(&node_id).map(|&g| g + lease);
+            (node, mine.map_or(previous, |m| m.max(previous)))
+        };
+        if node.state == NodeState::Down {
+            tracing::info!(
+                "data node {node_id} reported failed by {reporter} ({reason}): already down"
+            );
+            return Ok(Outcome {
+                epoch: cluster.epoch,
+                table: None,
+            });
+        }
+        let wait = fence_until.saturating_duration_since(Instant::now());
+        tracing::info!(
+            node = node_id,
+            incarnation = node.incarnation,
+            reporter,
+            "data node {node_id} reported failed by {reporter}: {reason}; declaring it down in {} ms, when its lease has run out",
+            wait.as_millis()
+        );
+        tokio::time::sleep(wait).await;
+        let cmd = Command::Down {
+            id: node_id,
+            incarnation: node.incarnation,
+            reason: format!("reported by node {reporter}: {reason}"),
+        };
+        let res = self.consensus.propose(cmd).await;
+        log_result(&format!("down of data node {node_id}"), &res);
+        res
+    }
+}
+
+fn log_result(what: &str, res: &CommandResult) {
+    match res {
+        Ok(o) => tracing::info!(epoch = o.epoch, "{what} committed"),
+        Err(e) if e.code == ErrorCode::NotLeader => tracing::info!("{what} not committed: {e}"),
+        Err(e) => tracing::warn!("{what} failed: {e}"),
+    }
+}

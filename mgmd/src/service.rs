@@ -1,0 +1,373 @@
+//! The gRPC service `Mgmd`. Handlers only validate and convert (prost types stop here) and
+//! delegate to [`Consensus`] and [`Leader`]. Domain errors travel in the responses' `error`
+//! field with their stable codes; a gRPC `Status` means the call itself failed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use shoal_proto::convert::state_to_pb;
+use shoal_proto::pb;
+use shoal_proto::{ErrorCode, ShoalError, TableSpec, MAX_NAME_BYTES};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::leader::{Heartbeat, Leader};
+use crate::raft::{raft_id, Consensus};
+use crate::state::{Command, CommandResult};
+
+/// Cluster maps queued per watcher. The watch channel underneath keeps only the newest map,
+/// so a slow watcher skips epochs instead of growing a queue.
+pub const WATCH_QUEUE_DEPTH: usize = 4;
+/// Most concurrent `WatchClusterState` streams one mgmd serves.
+pub const MAX_WATCHERS: usize = 4096;
+/// Longest address a data node may register.
+pub const MAX_ADDR_BYTES: usize = 256;
+/// Longest failure reason kept in the log.
+pub const MAX_REASON_BYTES: usize = 512;
+
+pub struct MgmdService {
+    consensus: Consensus,
+    leader: Arc<Leader>,
+    shutdown: watch::Receiver<bool>,
+    watchers: Arc<AtomicUsize>,
+}
+
+impl MgmdService {
+    pub fn new(
+        consensus: Consensus,
+        leader: Arc<Leader>,
+        shutdown: watch::Receiver<bool>,
+    ) -> MgmdService {
+        MgmdService {
+            consensus,
+            leader,
+            shutdown,
+            watchers: Arc::default(),
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        self.consensus.published.current().epoch
+    }
+
+    fn admin(&self, res: CommandResult) -> Response<pb::AdminResponse> {
+        Response::new(match res {
+            Ok(o) => pb::AdminResponse {
+                error: None,
+                epoch: o.epoch,
+                table: o.table.as_ref().map(pb::Table::from),
+            },
+            Err(e) => pb::AdminResponse {
+                error: Some(e.into()),
+                epoch: self.epoch(),
+                table: None,
+            },
+        })
+    }
+
+    /// Proposes `cmd` if this node leads; followers answer NOT_LEADER with a hint.
+    async fn on_leader(&self, cmd: Command) -> CommandResult {
+        if !self.consensus.is_leader() {
+            return Err(self.consensus.not_leader(self.consensus.leader()));
+        }
+        self.consensus.propose(cmd).await
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> ShoalError {
+    ShoalError::new(ErrorCode::InvalidArgument, msg)
+}
+
+fn nonzero(what: &str, v: u64) -> Result<(), ShoalError> {
+    if v == 0 {
+        return Err(invalid(format!("{what} must not be 0")));
+    }
+    Ok(())
+}
+
+fn heartbeat_from_pb(r: pb::HeartbeatRequest) -> Result<Heartbeat, ShoalError> {
+    nonzero("node_id", r.node_id.into())?;
+    nonzero("incarnation", r.incarnation)?;
+    if r.addr.is_empty() || r.addr.len() > MAX_ADDR_BYTES || r.addr.chars().any(|c| c.is_control())
+    {
+        return Err(invalid(format!(
+            "addr must be 1..={MAX_ADDR_BYTES} printable bytes"
+        )));
+    }
+    Ok(Heartbeat {
+        node_id: r.node_id,
+        incarnation: r.incarnation,
+        addr: r.addr,
+        pid: r.pid,
+        epoch: r.epoch,
+    })
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+fn clip(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// Releases a watcher slot when its stream task ends.
+struct WatcherSlot(Arc<AtomicUsize>);
+
+impl Drop for WatcherSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[tonic::async_trait]
+impl pb::mgmd_server::Mgmd for MgmdService {
+    async fn get_cluster_state(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::ClusterState>, Status> {
+        Ok(Response::new(pb::ClusterState::from(
+            &*self.consensus.published.current(),
+        )))
+    }
+
+    type WatchClusterStateStream = ReceiverStream<Result<pb::ClusterState, Status>>;
+
+    async fn watch_cluster_state(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchClusterStateStream>, Status> {
+        if self.watchers.fetch_add(1, Ordering::Relaxed) >= MAX_WATCHERS {
+            self.watchers.fetch_sub(1, Ordering::Relaxed);
+            return Err(Status::resource_exhausted(format!(
+                "this mgmd serves at most {MAX_WATCHERS} watchers"
+            )));
+        }
+        let slot = WatcherSlot(self.watchers.clone());
+        let mut last = req.into_inner().known_epoch;
+        let (tx, rx) = mpsc::channel(WATCH_QUEUE_DEPTH);
+        let mut states = self.consensus.published.subscribe();
+        let mut shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            loop {
+                let cur = states.borrow_and_update().clone();
+                if cur.epoch != last {
+                    last = cur.epoch;
+                    tokio::select! {
+                        r = tx.send(Ok(pb::ClusterState::from(&*cur))) => if r.is_err() { break },
+                        _ = shutdown.wait_for(|&s| s) => break,
+                    }
+                }
+                tokio::select! {
+                    r = states.changed() => if r.is_err() { break },
+                    _ = tx.closed() => break,
+                    _ = shutdown.wait_for(|&s| s) => break,
+                }
+            }
+            // Dropping `tx` ends the stream cleanly (status OK) for the client.
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn status(&self, _: Request<pb::Empty>) -> Result<Response<pb::StatusResponse>, Status> {
+        let m = self.consensus.raft.metrics().borrow().clone();
+        let state = self.consensus.published.current();
+        let mgmds = self
+            .consensus
+            .mgmds
+            .iter()
+            .map(|(&id, addr)| {
+                let rid = raft_id(id);
+                let leader = m.current_leader == Some(rid);
+                let (raft_term, last_applied) = if id == self.consensus.id {
+                    (m.current_term, m.last_applied.map_or(0, |l| l.index))
+                } else {
+                    // Of a peer we know its term only if it leads us, and, if we lead, how far
+                    // its log matches ours (a lower bound of what it can apply).
+                    let matched = m
+                        .replication
+                        .as_ref()
+                        .and_then(|r| r.get(&rid))
+                        .and_then(|l| l.as_ref());
+                    (
+                        if leader { m.current_term } else { 0 },
+                        matched.map_or(0, |l| l.index),
+                    )
+                };
+                pb::MgmdInfo {
+                    id,
+                    addr: addr.clone(),
+                    leader,
+                    raft_term,
+                    last_applied,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::StatusResponse {
+            state: Some(pb::ClusterState::from(&*state)),
+            mgmds,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let res = heartbeat_from_pb(req.into_inner()).and_then(|hb| self.leader.heartbeat(hb));
+        Ok(Response::new(match res {
+            Ok(a) => pb::HeartbeatResponse {
+                error: None,
+                lease_ms: a.lease_ms,
+                state: state_to_pb(a.state) as i32,
+                epoch: a.epoch,
+            },
+            Err(e) => pb::HeartbeatResponse {
+                error: Some(e.into()),
+                lease_ms: 0,
+                state: 0,
+                epoch: self.epoch(),
+            },
+        }))
+    }
+
+    async fn node_synced(
+        &self,
+        req: Request<pb::NodeSyncedRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res =
+            match nonzero("node_id", r.node_id.into()).and(nonzero("incarnation", r.incarnation)) {
+                Err(e) => Err(e),
+                Ok(()) => {
+                    tracing::info!(
+                        node = r.node_id,
+                        sync_epoch = r.sync_epoch,
+                        "data node {} reports synced",
+                        r.node_id
+                    );
+                    self.on_leader(Command::Synced {
+                        id: r.node_id,
+                        incarnation: r.incarnation,
+                        sync_epoch: r.sync_epoch,
+                    })
+                    .await
+                }
+            };
+        Ok(self.admin(res))
+    }
+
+    async fn report_failure(
+        &self,
+        req: Request<pb::ReportFailureRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = match nonzero("node_id", r.node_id.into()) {
+            Err(e) => Err(e),
+            Ok(()) => {
+                self.leader
+                    .report_failure(r.reporter, r.node_id, &clip(r.reason, MAX_REASON_BYTES))
+                    .await
+            }
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn create_table(
+        &self,
+        req: Request<pb::CreateTableRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let spec = r
+            .spec
+            .ok_or_else(|| invalid("missing table spec"))
+            .and_then(TableSpec::try_from);
+        let res = match spec {
+            Err(e) => Err(e),
+            Ok(spec) => {
+                tracing::info!(table = %spec.name, "create table {}", spec.name);
+                self.on_leader(Command::CreateTable {
+                    spec,
+                    if_not_exists: r.if_not_exists,
+                })
+                .await
+            }
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn drop_table(
+        &self,
+        req: Request<pb::DropTableRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = if r.name.is_empty() || r.name.len() > MAX_NAME_BYTES {
+            Err(invalid(format!(
+                "table name must be 1..={MAX_NAME_BYTES} bytes"
+            )))
+        } else {
+            tracing::info!(table = %r.name, "drop table {}", r.name);
+            self.on_leader(Command::DropTable {
+                name: r.name,
+                if_exists: r.if_exists,
+            })
+            .await
+        };
+        Ok(self.admin(res))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_validation() {
+        let ok = pb::HeartbeatRequest {
+            node_id: 3,
+            incarnation: 9,
+            addr: "127.0.0.1:1".into(),
+            pid: 1,
+            epoch: 0,
+        };
+        assert!(heartbeat_from_pb(ok.clone()).is_ok());
+        for bad in [
+            pb::HeartbeatRequest {
+                node_id: 0,
+                ..ok.clone()
+            },
+            pb::HeartbeatRequest {
+                incarnation: 0,
+                ..ok.clone()
+            },
+            pb::HeartbeatRequest {
+                addr: String::new(),
+                ..ok.clone()
+            },
+            pb::HeartbeatRequest {
+                addr: "x".repeat(MAX_ADDR_BYTES + 1),
+                ..ok.clone()
+            },
+            pb::HeartbeatRequest {
+                addr: "a\nb".into(),
+                ..ok.clone()
+            },
+        ] {
+            assert_eq!(
+                heartbeat_from_pb(bad).unwrap_err().code,
+                ErrorCode::InvalidArgument
+            );
+        }
+    }
+
+    #[test]
+    fn clip_keeps_char_boundaries() {
+        assert_eq!(clip("héllo".into(), 2), "h");
+        assert_eq!(clip("abc".into(), 10), "abc");
+    }
+}

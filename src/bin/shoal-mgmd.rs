@@ -1,0 +1,3 @@
+fn main() {
+    shoal_mgmd::main_entry()
+}
