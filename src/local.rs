@@ -1,0 +1,235 @@
+//! A local cluster's directory: its config, one pid file and one log file per node, and how
+//! node processes are started and signalled.
+//!
+//! Layout of DIR: `cluster.toml`, `run/<id>.pid`, `logs/<kind>-<id>.log`, and each node's data
+//! dir (`mgmd-<id>/`, `datanode-<id>/`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use shoal_proto::config::{ClusterConfig, ClusterSection, DataNodeConfig, MgmdConfig};
+
+pub const MGMD_BIN: &str = "shoal-mgmd";
+pub const DATANODE_BIN: &str = "shoal-datanode";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Mgmd,
+    DataNode,
+}
+
+impl Kind {
+    fn bin(self) -> &'static str {
+        match self {
+            Kind::Mgmd => MGMD_BIN,
+            Kind::DataNode => DATANODE_BIN,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Mgmd => "mgmd",
+            Kind::DataNode => "datanode",
+        }
+    }
+}
+
+pub struct LocalCluster {
+    pub dir: PathBuf,
+    pub config: ClusterConfig,
+}
+
+pub struct Layout {
+    pub node_groups: u32,
+    pub replicas: u32,
+    pub mgmds: u32,
+    pub base_port: u16,
+}
+
+impl LocalCluster {
+    pub fn config_path(dir: &Path) -> PathBuf {
+        dir.join("cluster.toml")
+    }
+
+    /// Opens the cluster in `dir`.
+    pub fn open(dir: &Path) -> Result<LocalCluster> {
+        let path = LocalCluster::config_path(dir);
+        let config = ClusterConfig::load(&path).map_err(anyhow::Error::msg)?;
+        Ok(LocalCluster { dir: dir.to_path_buf(), config })
+    }
+
+    /// Writes a new cluster config for a local cluster on 127.0.0.1.
+    pub fn create(dir: &Path, layout: &Layout) -> Result<LocalCluster> {
+        fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let port = |offset: u32| -> Result<String> {
+            let p = u32::from(layout.base_port) + offset;
+            if p > 65535 {
+                bail!("--base-port {} leaves no room for every node", layout.base_port);
+            }
+            Ok(format!("127.0.0.1:{p}"))
+        };
+        let mut mgmd = vec![];
+        for i in 1..=layout.mgmds {
+            mgmd.push(MgmdConfig { id: i, addr: port(i - 1)?, data_dir: format!("mgmd-{i}") });
+        }
+        let mut datanode = vec![];
+        for g in 0..layout.node_groups {
+            for r in 0..layout.replicas {
+                let k = g * layout.replicas + r;
+                let id = 11 + k;
+                datanode.push(DataNodeConfig {
+                    id,
+                    addr: port(10 + k)?,
+                    node_group: g,
+                    data_dir: format!("datanode-{id}"),
+                    data_memory_mb: 1024,
+                });
+            }
+        }
+        let config = ClusterConfig {
+            cluster: ClusterSection {
+                name: "shoal".into(),
+                replicas: layout.replicas,
+                partitions_per_node_group: 8,
+                heartbeat_interval_ms: 100,
+                lease_ms: 600,
+                failure_timeout_ms: 1000,
+            },
+            mgmd,
+            datanode,
+        };
+        config.validate().map_err(anyhow::Error::msg)?;
+        let path = LocalCluster::config_path(dir);
+        fs::write(&path, config.to_toml()).with_context(|| format!("write {}", path.display()))?;
+        Ok(LocalCluster { dir: dir.to_path_buf(), config })
+    }
+
+    pub fn kind_of(&self, id: u32) -> Option<Kind> {
+        if self.config.mgmd.iter().any(|m| m.id == id) {
+            Some(Kind::Mgmd)
+        } else if self.config.datanode.iter().any(|d| d.id == id) {
+            Some(Kind::DataNode)
+        } else {
+            None
+        }
+    }
+
+    pub fn node_ids(&self) -> Vec<u32> {
+        self.config.mgmd.iter().map(|m| m.id).chain(self.config.datanode.iter().map(|d| d.id)).collect()
+    }
+
+    fn pid_path(&self, id: u32) -> PathBuf {
+        self.dir.join("run").join(format!("{id}.pid"))
+    }
+
+    /// The pid of node `id` if its process is alive.
+    pub fn pid(&self, id: u32) -> Option<u32> {
+        let pid: u32 = fs::read_to_string(self.pid_path(id)).ok()?.trim().parse().ok()?;
+        // The pid may have been reused by something else: check it is one of ours.
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        (cmdline.contains("shoal-") && cmdline.contains(&format!("--id\0{id}\0")) && !zombie).then_some(pid)
+    }
+
+    /// Starts node `id` in the background (its own session, output appended to its log file).
+    pub fn start(&self, id: u32) -> Result<u32> {
+        let kind = self.kind_of(id).with_context(|| format!("no node {id} in this cluster"))?;
+        if let Some(pid) = self.pid(id) {
+            bail!("node {id} is already running (pid {pid})");
+        }
+        let bin = sibling_binary(kind.bin())?;
+        fs::create_dir_all(self.dir.join("run"))?;
+        fs::create_dir_all(self.dir.join("logs"))?;
+        let log_path = self.dir.join("logs").join(format!("{}-{id}.log", kind.name()));
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)
+            .with_context(|| format!("open {}", log_path.display()))?;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--id")
+            .arg(id.to_string())
+            .arg("--config")
+            .arg(LocalCluster::config_path(&self.dir))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // A node must not die with the terminal of whoever started it: `shoal up` and
+        // `shoal node stop` signal it through its pid file.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().with_context(|| format!("start {}", bin.display()))?;
+        let pid = child.id();
+        fs::write(self.pid_path(id), pid.to_string())?;
+        // The child is reaped by whoever waits for it; we only keep its pid.
+        std::mem::forget(child);
+        Ok(pid)
+    }
+
+    /// Sends `signal` to node `id`; with `wait`, waits (bounded) for it to exit.
+    pub fn signal(&self, id: u32, signal: i32, wait: Duration) -> Result<bool> {
+        let Some(pid) = self.pid(id) else { return Ok(false) };
+        // SAFETY: kill(2) with a pid we verified belongs to this cluster's node.
+        if unsafe { libc::kill(pid as i32, signal) } != 0 {
+            bail!("signal node {id} (pid {pid}): {}", std::io::Error::last_os_error());
+        }
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            reap();
+            if self.pid(id).is_none() {
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(self.pid(id).is_none())
+    }
+
+    /// Stops every node: SIGTERM, then SIGKILL for any still running after `grace`.
+    pub fn stop_all(&self, grace: Duration) {
+        // Data nodes first, so mgmd is still there to see them go.
+        let mut ids: Vec<u32> = self.config.datanode.iter().map(|d| d.id).collect();
+        ids.extend(self.config.mgmd.iter().map(|m| m.id));
+        for &id in &ids {
+            let _ = self.signal(id, libc::SIGTERM, Duration::ZERO);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && ids.iter().any(|&id| self.pid(id).is_some()) {
+            reap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for &id in &ids {
+            let _ = self.signal(id, libc::SIGKILL, Duration::from_secs(2));
+        }
+    }
+}
+
+/// Collects exited children so their pids do not linger as zombies.
+pub fn reap() {
+    loop {
+        // SAFETY: waitpid with WNOHANG on any child; no memory is shared.
+        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if r <= 0 {
+            break;
+        }
+    }
+}
+
+/// The path of another Shoal binary installed next to this one.
+pub fn sibling_binary(name: &str) -> Result<PathBuf> {
+    let me = std::env::current_exe().context("find the shoal binary")?;
+    let dir = me.parent().context("the shoal binary has no directory")?;
+    let candidates = [dir.join(name), dir.join("..").join(name)];
+    for c in &candidates {
+        if c.is_file() {
+            return Ok(c.clone());
+        }
+    }
+    bail!("{name} not found next to {} (build the workspace: cargo build)", me.display())
+}

@@ -1,0 +1,128 @@
+//! `shoal status`: the cluster as mgmd sees it, for people (a table) or programs (`--json`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value as Json};
+use shoal_proto::pb;
+use shoal_proto::{ClusterState, NodeKind};
+
+use crate::local::LocalCluster;
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[arg(long, default_value = "shoal-data")]
+    pub dir: PathBuf,
+    /// Ask these mgmds instead of the ones in DIR/cluster.toml.
+    #[arg(long)]
+    pub mgmd: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(a: StatusArgs) -> Result<()> {
+    let local = LocalCluster::open(&a.dir).ok();
+    let addrs = if !a.mgmd.is_empty() {
+        a.mgmd.clone()
+    } else if let Some(l) = &local {
+        l.config.mgmd_addrs()
+    } else {
+        bail!("no cluster in {} and no --mgmd given", a.dir.display());
+    };
+    // Ask every mgmd on its own: whether it answers is its state.
+    let mut answers: Vec<(String, Option<pb::StatusResponse>)> = vec![];
+    for addr in &addrs {
+        let pool = shoal_client::MgmdPool::new(std::slice::from_ref(addr), Duration::from_millis(800)).map_err(anyhow::Error::msg)?;
+        answers.push((addr.clone(), pool.status().await.ok()));
+    }
+    let best = answers
+        .iter()
+        .filter_map(|(_, r)| r.as_ref())
+        .max_by_key(|r| (r.mgmds.iter().any(|m| m.leader), r.state.as_ref().map_or(0, |s| s.epoch)));
+    let Some(best) = best else { bail!("no mgmd answered ({})", addrs.join(", ")) };
+    let state = ClusterState::try_from(best.state.clone().unwrap_or_default()).map_err(anyhow::Error::msg)?;
+    let doc = to_json(&state, &answers, local.as_ref());
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print_table(&doc);
+    }
+    Ok(())
+}
+
+fn to_json(state: &ClusterState, answers: &[(String, Option<pb::StatusResponse>)], local: Option<&LocalCluster>) -> Json {
+    let mut nodes = vec![];
+    for n in &state.nodes {
+        let local_pid = local.and_then(|l| l.pid(n.id));
+        let mut o = json!({
+            "id": n.id,
+            "kind": n.kind.name(),
+            "addr": n.addr,
+        });
+        match n.kind {
+            NodeKind::Mgmd => {
+                let answer = answers.iter().find(|(a, _)| *a == n.addr).and_then(|(_, r)| r.as_ref());
+                let me = answer.and_then(|r| r.mgmds.iter().find(|m| m.id == n.id));
+                o["state"] = json!(if answer.is_some() { "up" } else { "down" });
+                o["pid"] = json!(local_pid);
+                o["leader"] = json!(state.leader_id == n.id);
+                if let Some(m) = me {
+                    o["raft_term"] = json!(m.raft_term);
+                    o["last_applied"] = json!(m.last_applied);
+                }
+            }
+            _ => {
+                o["state"] = json!(n.state.name());
+                o["pid"] = json!(local_pid.or((n.pid != 0).then_some(n.pid)));
+                o["node_group"] = json!(n.node_group);
+                let primaries = state.partitions.iter().filter(|p| p.primary == Some(n.id)).count();
+                o["primaries"] = json!(primaries);
+            }
+        }
+        nodes.push(o);
+    }
+    json!({
+        "epoch": state.epoch,
+        "leader": state.leader_id,
+        "nodes": nodes,
+        "tables": state.tables.iter().map(|t| json!({
+            "id": t.id,
+            "name": t.spec.name,
+            "columns": t.visible_columns(),
+            "partitions": t.partition_count,
+            "hidden_pk": t.hidden_pk,
+        })).collect::<Vec<_>>(),
+        "partitions": state.partitions.iter().map(|p| json!({
+            "partition": p.partition,
+            "node_group": p.node_group,
+            "primary": p.primary,
+            "primary_term": p.primary_term,
+            "replicas": p.replicas.iter().map(|r| json!({"node": r.node_id, "syncing": r.syncing})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_table(doc: &Json) {
+    println!("epoch {}  mgmd leader {}", doc["epoch"], doc["leader"]);
+    println!("{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} detail", "id", "kind", "addr", "state", "pid", "group");
+    for n in doc["nodes"].as_array().into_iter().flatten() {
+        let detail = if n["kind"] == "mgmd" {
+            if n["leader"] == true { "raft leader".to_string() } else { String::new() }
+        } else {
+            format!("primary of {} partitions", n["primaries"])
+        };
+        println!(
+            "{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} {}",
+            n["id"],
+            n["kind"].as_str().unwrap_or(""),
+            n["addr"].as_str().unwrap_or(""),
+            n["state"].as_str().unwrap_or(""),
+            n["pid"].as_u64().map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            n["node_group"].as_u64().map(|g| g.to_string()).unwrap_or_else(|| "-".into()),
+            detail
+        );
+    }
+    let tables = doc["tables"].as_array().map_or(0, |t| t.len());
+    println!("{tables} tables, {} partitions", doc["partitions"].as_array().map_or(0, |p| p.len()));
+}

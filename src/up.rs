@@ -1,0 +1,129 @@
+//! `shoal up`: a whole local cluster in the foreground.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use shoal_proto::NodeState;
+
+use crate::local::{reap, Layout, LocalCluster};
+
+/// How long `shoal up` waits for the cluster to accept work.
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// Directory holding the config, logs and every node's data.
+    #[arg(long, default_value = "shoal-data")]
+    pub dir: PathBuf,
+    /// Node groups (a new cluster only).
+    #[arg(long, default_value_t = 1)]
+    pub node_groups: u32,
+    /// Replicas per node group (a new cluster only).
+    #[arg(long, default_value_t = 2)]
+    pub replicas: u32,
+    /// Management daemons: 1 or 3 (a new cluster only).
+    #[arg(long, default_value_t = 1)]
+    pub mgmds: u32,
+    /// First port; mgmds use base.., data nodes base+10.. (a new cluster only).
+    #[arg(long, default_value_t = 7400)]
+    pub base_port: u16,
+}
+
+pub fn run(a: UpArgs) -> Result<()> {
+    let cluster = if LocalCluster::config_path(&a.dir).exists() {
+        let c = LocalCluster::open(&a.dir)?;
+        println!("using the existing cluster in {}", a.dir.display());
+        c
+    } else {
+        let layout = Layout { node_groups: a.node_groups, replicas: a.replicas, mgmds: a.mgmds, base_port: a.base_port };
+        let c = LocalCluster::create(&a.dir, &layout)?;
+        println!("created a new cluster in {}", a.dir.display());
+        c
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let result = rt.block_on(supervise(&cluster));
+    println!("stopping every node");
+    cluster.stop_all(Duration::from_secs(10));
+    println!("stopped");
+    result
+}
+
+async fn supervise(cluster: &LocalCluster) -> Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    for id in cluster.node_ids() {
+        match cluster.pid(id) {
+            Some(pid) => println!("node {id} is already running (pid {pid}); using it"),
+            None => {
+                cluster.start(id)?;
+            }
+        }
+    }
+    let ready = wait_ready(cluster);
+    tokio::pin!(ready);
+    tokio::select! {
+        r = &mut ready => r?,
+        _ = term.recv() => return Ok(()),
+        _ = int.recv() => return Ok(()),
+    }
+    let mgmds: Vec<&str> = cluster.config.mgmd.iter().map(|m| m.addr.as_str()).collect();
+    println!(
+        "ready: {} data nodes in {} node groups, mgmd {}",
+        cluster.config.datanode.len(),
+        cluster.config.node_groups(),
+        mgmds.join(",")
+    );
+    println!("status: shoal status --dir {}", cluster.dir.display());
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => reap(),
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+        }
+    }
+}
+
+async fn wait_ready(cluster: &LocalCluster) -> Result<()> {
+    let addrs = cluster.config.mgmd_addrs();
+    let start = Instant::now();
+    let pool = shoal_client::MgmdPool::new(&addrs, Duration::from_millis(500)).map_err(anyhow::Error::msg)?;
+    loop {
+        reap();
+        for id in cluster.node_ids() {
+            if cluster.pid(id).is_none() {
+                let log = std::fs::read_dir(cluster.dir.join("logs"))
+                    .ok()
+                    .and_then(|mut d| d.find(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(&format!("-{id}.log")))))
+                    .and_then(|e| e.ok())
+                    .map(|e| e.path());
+                let tail = log
+                    .as_ref()
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .map(|t| t.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
+                    .unwrap_or_default();
+                bail!("node {id} exited during start-up; the end of its log:\n{tail}");
+            }
+        }
+        if let Ok(map) = pool.fetch_newest().await {
+            let data_nodes_up = map
+                .nodes
+                .iter()
+                .filter(|n| n.kind == shoal_proto::NodeKind::DataNode)
+                .all(|n| n.state == NodeState::Up);
+            let served = !map.partitions.is_empty() && map.partitions.iter().all(|p| p.primary.is_some());
+            if data_nodes_up && served {
+                return Ok(());
+            }
+        }
+        if start.elapsed() > READY_TIMEOUT {
+            return Err(anyhow::anyhow!("the cluster did not become ready")).context(format!(
+                "waited {:?}; see the logs in {}",
+                READY_TIMEOUT,
+                cluster.dir.join("logs").display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
