@@ -74,7 +74,9 @@ fn to_json(state: &ClusterState, answers: &[(String, Option<pb::StatusResponse>)
             }
             _ => {
                 o["state"] = json!(n.state.name());
-                o["pid"] = json!(local_pid.or((n.pid != 0).then_some(n.pid)));
+                // A down node's last reported pid is history, not a process.
+                let reported = (n.pid != 0 && n.state != shoal_proto::NodeState::Down).then_some(n.pid);
+                o["pid"] = json!(local_pid.or(reported));
                 o["node_group"] = json!(n.node_group);
                 let primaries = state.partitions.iter().filter(|p| p.primary == Some(n.id)).count();
                 o["primaries"] = json!(primaries);
@@ -114,7 +116,7 @@ fn print_table(doc: &Json) {
         };
         println!(
             "{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} {}",
-            n["id"],
+            n["id"].to_string(),
             n["kind"].as_str().unwrap_or(""),
             n["addr"].as_str().unwrap_or(""),
             n["state"].as_str().unwrap_or(""),

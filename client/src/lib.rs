@@ -31,6 +31,8 @@ pub type Row = Vec<Value>;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 /// Longest pause between retries.
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
+/// Most operations in one request to a data node (the data node's limit).
+pub const MAX_OPS_PER_REQUEST: usize = 1000;
 /// Rows per scan batch requested from a data node.
 pub const SCAN_BATCH_ROWS: u32 = 1000;
 /// Scan batches buffered in the client ahead of the reader.
@@ -361,7 +363,17 @@ impl Client {
                     }
                 }
             }
-            let sends = by_node.into_iter().map(|(node, items)| {
+            // One request per data node, split so none passes the node's batch limit.
+            let mut requests = vec![];
+            for (node, mut items) in by_node {
+                while items.len() > MAX_OPS_PER_REQUEST {
+                    let rest = items.split_off(MAX_OPS_PER_REQUEST);
+                    requests.push((node, items));
+                    items = rest;
+                }
+                requests.push((node, items));
+            }
+            let sends = requests.into_iter().map(|(node, items)| {
                 let map = map.clone();
                 async move {
                     let (idx, prepared): (Vec<usize>, Vec<Prepared>) = items.into_iter().unzip();
@@ -390,11 +402,16 @@ impl Client {
                             }
                         }
                     }
-                    Err(e) => {
+                    Err(e) if e.is_retriable() => {
                         saw_newer_epoch |= e.current_epoch > map.epoch;
                         for i in idx {
                             last_err.insert(i, e.clone());
                             retry.push(i);
+                        }
+                    }
+                    Err(e) => {
+                        for i in idx {
+                            out[i] = Some(Err(e.clone()));
                         }
                     }
                 }

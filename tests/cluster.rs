@@ -1,0 +1,331 @@
+//! Cluster-level tests: real `shoal up` clusters on 127.0.0.1, faults injected with signals.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::TestCluster;
+use shoal_client::{Client, KeyOp};
+use shoal_proto::filter::{CmpOp, Filter};
+use shoal_proto::pb;
+use shoal_proto::{Column, ColumnType, ErrorCode, TableSpec, Value};
+
+fn kv_spec(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.into(),
+        columns: vec![Column::new("k", ColumnType::Int), Column::new("v", ColumnType::Text).nullable()],
+        primary_key: vec![0],
+        partition_key: vec![],
+    }
+}
+
+fn row(k: i64, v: &str) -> Vec<Value> {
+    vec![Value::Int(k), Value::Text(v.into())]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_write_reads_back_from_primary_and_every_replica() {
+    let cluster = TestCluster::start(2, 2, 1);
+    let client = cluster.client().await;
+    client.create_table(kv_spec("t"), false).await.unwrap();
+    for k in 0..200 {
+        client.insert("t", row(k, &format!("v{k}"))).await.unwrap();
+    }
+    let map = client.map();
+    let table = client.table("t").unwrap();
+    for k in 0..200 {
+        let expected = Some(row(k, &format!("v{k}")));
+        assert_eq!(client.get("t", vec![Value::Int(k)]).await.unwrap(), expected, "primary read of {k}");
+        let p = shoal_proto::codec::partition_of_key(&table, &[Value::Int(k)]);
+        let replicas = &map.partitions[p as usize].replicas;
+        assert_eq!(replicas.len(), 2, "partition {p} has two replicas");
+        for r in replicas {
+            let got = client.get_from_node(r.node_id, "t", vec![Value::Int(k)]).await.unwrap();
+            assert_eq!(got, expected, "key {k} on replica {}", r.node_id);
+        }
+    }
+    // Batch reads and a filtered scan see the same rows.
+    let keys: Vec<Vec<Value>> = (0..200).map(|k| vec![Value::Int(k)]).collect();
+    let rows = client.batch_get("t", keys).await.unwrap();
+    assert!(rows.iter().all(Option::is_some));
+    use tokio_stream::StreamExt;
+    let filter = Filter { column: 0, op: CmpOp::Lt, value: Value::Int(50) };
+    let scanned: Vec<_> = client.scan("t", vec![filter], vec![0]).collect().await;
+    let mut ks: Vec<i64> = scanned.into_iter().map(|r| r.unwrap()[0].as_i64().unwrap()).collect();
+    ks.sort();
+    assert_eq!(ks, (0..50).collect::<Vec<_>>());
+    // Updates and deletes replicate too.
+    client.update("t", vec![Value::Int(7)], &[("v", Value::Text("seven".into()))]).await.unwrap();
+    client.delete("t", vec![Value::Int(8)]).await.unwrap();
+    let p7 = shoal_proto::codec::partition_of_key(&table, &[Value::Int(7)]) as usize;
+    let p8 = shoal_proto::codec::partition_of_key(&table, &[Value::Int(8)]) as usize;
+    for r in &map.partitions[p7].replicas {
+        assert_eq!(client.get_from_node(r.node_id, "t", vec![Value::Int(7)]).await.unwrap(), Some(row(7, "seven")));
+    }
+    for r in &map.partitions[p8].replicas {
+        assert_eq!(client.get_from_node(r.node_id, "t", vec![Value::Int(8)]).await.unwrap(), None);
+    }
+}
+
+/// Runs `shoal bench kv --verify` against the cluster and returns its output.
+fn bench_verify(cluster: &TestCluster, secs: u64) -> std::process::Child {
+    std::process::Command::new(common::SHOAL)
+        .args(["bench", "kv", "--threads", "8", "--write-ratio", "0.5", "--keys", "2000", "--verify"])
+        .args(["--duration", &secs.to_string(), "--dir"])
+        .arg(&cluster.dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start bench")
+}
+
+fn finish(child: std::process::Child) -> String {
+    let out = child.wait_with_output().expect("bench finished");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "bench failed");
+    text
+}
+
+fn field(text: &str, prefix: &str) -> f64 {
+    let line = text.lines().find(|l| l.contains(prefix)).unwrap_or_else(|| panic!("no {prefix:?} in output"));
+    let rest = &line[line.find(prefix).unwrap() + prefix.len()..];
+    rest.trim_start().split([' ', ',']).next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_data_node_under_load_loses_no_acknowledged_write() {
+    let cluster = TestCluster::start(1, 2, 1);
+    let bench = bench_verify(&cluster, 8);
+    // Let the load run, then crash the node that is primary of the first half of partitions.
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.signal(11, libc::SIGKILL);
+    let text = finish(bench);
+    assert_eq!(field(&text, "lost"), 0.0, "acknowledged writes lost");
+    assert_eq!(field(&text, "errors"), 0.0, "the client saw errors it did not retry");
+    // The worst call includes failure detection and failover: it must stay within 2 s.
+    let max_ms = field(&text, "max");
+    assert!(max_ms < 2000.0, "load stalled for {max_ms} ms");
+    assert!(field(&text, "retries") > 0.0, "the crash should have caused retries");
+    let s = cluster.status();
+    assert_eq!(TestCluster::node(&s, 11)["state"], "down");
+    assert_eq!(TestCluster::node(&s, 12)["primaries"], 8);
+
+    // The crashed node restarts, copies everything, and serves again with all the data.
+    let out = cluster.shoal(&["node", "start", "11"]);
+    assert!(out.status.success());
+    cluster.wait_status("node 11 up again", Duration::from_secs(30), |s| TestCluster::node(s, 11)["state"] == "up");
+    let client = cluster.client().await;
+    let keys: Vec<Vec<Value>> = (0..2000u64).map(|k| vec![Value::Uint(k)]).collect();
+    let from_12 = client.batch_get("bench_kv", keys.clone()).await.unwrap();
+    for (k, want) in keys.into_iter().zip(from_12) {
+        let got = client.get_from_node(11, "bench_kv", k.clone()).await.unwrap();
+        assert_eq!(got, want, "restarted node 11 disagrees on {k:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_primary_is_fenced_and_refused_no_split_brain() {
+    let cluster = TestCluster::start(1, 2, 1);
+    let client = cluster.client().await;
+    client.create_table(kv_spec("t"), false).await.unwrap();
+    for k in 0..100 {
+        client.upsert("t", row(k, "before")).await.unwrap();
+    }
+    let old_map = client.map();
+    let table = client.table("t").unwrap();
+    // A key whose primary is node 11.
+    let key = (0..100)
+        .find(|&k| {
+            let p = shoal_proto::codec::partition_of_key(&table, &[Value::Int(k)]);
+            old_map.partitions[p as usize].primary == Some(11)
+        })
+        .expect("node 11 is primary of some key");
+    let partition = shoal_proto::codec::partition_of_key(&table, &[Value::Int(key)]);
+
+    cluster.signal(11, libc::SIGSTOP);
+    // mgmd sees no heartbeat, waits out the lease, promotes node 12.
+    cluster.wait_status("node 12 promoted", Duration::from_secs(15), |s| {
+        TestCluster::node(s, 11)["state"] == "down" && TestCluster::node(s, 12)["primaries"] == 8
+    });
+    // The cluster keeps taking writes on the new primary.
+    for k in 0..100 {
+        client.upsert("t", row(k, "after")).await.unwrap();
+    }
+    cluster.signal(11, libc::SIGCONT);
+    // Straight to the old primary, with the old map's epoch: it must refuse.
+    let addr = old_map.node(11).unwrap().addr.clone();
+    let mut raw = pb::data_node_client::DataNodeClient::connect(format!("http://{addr}")).await.unwrap();
+    let op = pb::Op {
+        kind: pb::OpKind::Upsert as i32,
+        table_id: table.id,
+        partition,
+        key: vec![],
+        row: vec![pb::Value::from(Value::Int(key)), pb::Value::from(Value::Text("split-brain".into()))],
+        columns: vec![],
+    };
+    let resp = raw
+        .execute(pb::BatchRequest { epoch: old_map.epoch, read_backup: false, ops: vec![op], schema_version: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let err = resp.error.or_else(|| resp.results[0].error.clone()).expect("the old primary refused the write");
+    let code = ErrorCode::from_number(err.code);
+    assert!(
+        matches!(code, ErrorCode::StaleEpoch | ErrorCode::NotPrimary | ErrorCode::NodeNotReady),
+        "unexpected refusal {code:?}: {}",
+        err.message
+    );
+    // Nothing the fenced node was asked to do is visible; every acknowledged write is.
+    for k in 0..100 {
+        assert_eq!(client.get("t", vec![Value::Int(k)]).await.unwrap(), Some(row(k, "after")), "key {k}");
+    }
+    // The old primary rejoins as a backup and catches up before serving.
+    cluster.wait_status("node 11 rejoined", Duration::from_secs(30), |s| TestCluster::node(s, 11)["state"] == "up");
+    for k in 0..100 {
+        assert_eq!(client.get_from_node(11, "t", vec![Value::Int(k)]).await.unwrap(), Some(row(k, "after")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn map_changes_after_the_raft_leader_is_killed() {
+    let cluster = TestCluster::start(1, 2, 3);
+    let client = cluster.client().await;
+    client.create_table(kv_spec("t"), false).await.unwrap();
+    let s = cluster.status();
+    let leader = s["leader"].as_u64().expect("a raft leader") as u32;
+    let epoch = s["epoch"].as_u64().unwrap();
+    cluster.signal(leader, libc::SIGKILL);
+    // A new leader is elected among the two left.
+    let s = cluster.wait_status("a new raft leader", Duration::from_secs(20), |s| {
+        s["leader"].as_u64().is_some_and(|l| l != 0 && l != u64::from(leader))
+    });
+    assert_eq!(TestCluster::node(&s, u64::from(leader))["state"], "down");
+    // The new leader handles a data node failure: the map changes.
+    cluster.signal(12, libc::SIGKILL);
+    let s = cluster.wait_status("node 12 declared down", Duration::from_secs(20), |s| {
+        TestCluster::node(s, 12)["state"] == "down" && TestCluster::node(s, 11)["primaries"] == 8
+    });
+    assert!(s["epoch"].as_u64().unwrap() > epoch);
+    // And it still takes catalog changes and data.
+    client.create_table(kv_spec("t2"), false).await.unwrap();
+    client.insert("t2", row(1, "x")).await.unwrap();
+    assert_eq!(client.get("t2", vec![Value::Int(1)]).await.unwrap(), Some(row(1, "x")));
+}
+
+async fn expect_code<T: std::fmt::Debug>(what: &str, r: Result<T, shoal_proto::ShoalError>, code: ErrorCode) {
+    match r {
+        Err(e) => assert_eq!(e.code, code, "{what}: {e}"),
+        Ok(v) => panic!("{what}: expected {code:?}, got {v:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
+    let cluster = TestCluster::start(1, 2, 1);
+    let client: Client = cluster.client().await;
+    let mut spec = kv_spec("t");
+    spec.columns.push(Column { max_len: 60_000, ..Column::new("a", ColumnType::Bytes) }.nullable());
+    spec.columns.push(Column { max_len: 60_000, ..Column::new("b", ColumnType::Bytes) }.nullable());
+    client.create_table(spec.clone(), false).await.unwrap();
+    let full = |k: i64| vec![Value::Int(k), Value::Text("v".into()), Value::Null, Value::Null];
+
+    expect_code("unknown table", client.get("nope", vec![Value::Int(1)]).await, ErrorCode::NoSuchTable).await;
+    expect_code("drop unknown table", client.drop_table("nope", false).await, ErrorCode::NoSuchTable).await;
+    expect_code("create twice", client.create_table(spec, false).await, ErrorCode::TableExists).await;
+    let bad_spec = TableSpec { name: "x".into(), columns: vec![], primary_key: vec![], partition_key: vec![] };
+    expect_code("empty table", client.create_table(bad_spec, false).await, ErrorCode::InvalidArgument).await;
+    expect_code(
+        "wrong column type",
+        client.insert("t", vec![Value::Text("one".into()), Value::Int(2), Value::Null, Value::Null]).await,
+        ErrorCode::TypeMismatch,
+    )
+    .await;
+    expect_code("wrong column count", client.insert("t", vec![Value::Int(1)]).await, ErrorCode::InvalidArgument).await;
+    expect_code(
+        "null in not-null column",
+        client.insert("t", vec![Value::Null, Value::Null, Value::Null, Value::Null]).await,
+        ErrorCode::NullViolation,
+    )
+    .await;
+    let huge = vec![Value::Int(1), Value::Null, Value::Bytes(vec![7; 50_000]), Value::Bytes(vec![7; 50_000])];
+    expect_code("oversized row", client.insert("t", huge).await, ErrorCode::TooLarge).await;
+    let long_key = TableSpec {
+        name: "lk".into(),
+        columns: vec![Column::new("k", ColumnType::Text)],
+        primary_key: vec![0],
+        partition_key: vec![],
+    };
+    client.create_table(long_key, false).await.unwrap();
+    expect_code("oversized key", client.insert("lk", vec![Value::Text("k".repeat(2000))]).await, ErrorCode::TooLarge).await;
+    client.insert("t", full(1)).await.unwrap();
+    expect_code("duplicate key", client.insert("t", full(1)).await, ErrorCode::DuplicateKey).await;
+    expect_code(
+        "update missing row",
+        client.update("t", vec![Value::Int(99)], &[("v", Value::Text("x".into()))]).await,
+        ErrorCode::KeyNotFound,
+    )
+    .await;
+
+    // Raw protocol abuse: unknown enum values, a key routed to the wrong partition.
+    let map = client.map();
+    let table = client.table("t").unwrap();
+    let p = shoal_proto::codec::partition_of_key(&table, &[Value::Int(1)]);
+    let primary = map.partitions[p as usize].primary.unwrap();
+    let addr = map.node(primary).unwrap().addr.clone();
+    let mut raw = pb::data_node_client::DataNodeClient::connect(format!("http://{addr}")).await.unwrap();
+    let op = |kind: i32, partition: u32| pb::Op {
+        kind,
+        table_id: table.id,
+        partition,
+        key: vec![pb::Value::from(Value::Int(1))],
+        row: vec![],
+        columns: vec![],
+    };
+    let wrong_partition = (p + 1) % table.partition_count;
+    let resp = raw
+        .execute(pb::BatchRequest {
+            epoch: map.epoch,
+            read_backup: true,
+            ops: vec![op(99, p), op(pb::OpKind::Read as i32, wrong_partition)],
+            schema_version: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for r in &resp.results {
+        let e = r.error.clone().expect("refused");
+        assert_eq!(ErrorCode::from_number(e.code), ErrorCode::InvalidArgument, "{}", e.message);
+    }
+
+    // Garbage bytes on every gRPC port.
+    let ports: Vec<String> = map.nodes.iter().map(|n| n.addr.clone()).collect();
+    for addr in &ports {
+        for garbage in [&b"\x00\xff garbage \r\n\r\n"[..], &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01][..], &[0u8; 4096][..]] {
+            if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                let _ = s.write_all(garbage);
+                let mut buf = [0u8; 256];
+                let _ = s.read(&mut buf);
+            }
+        }
+    }
+    // Every node is still up and serving.
+    for id in [1, 11, 12] {
+        assert!(cluster.alive(id), "node {id} died");
+    }
+    let s = cluster.status();
+    for n in s["nodes"].as_array().unwrap() {
+        assert_eq!(n["state"], "up", "{n}");
+    }
+    assert_eq!(client.get("t", vec![Value::Int(1)]).await.unwrap(), Some(full(1)));
+    let outcomes = client
+        .batch(vec![
+            KeyOp::Read { table: "t".into(), key: vec![Value::Int(1)] },
+            KeyOp::Insert { table: "t".into(), row: full(1) },
+        ])
+        .await;
+    assert!(outcomes[0].is_ok());
+    assert_eq!(outcomes[1].as_ref().unwrap_err().code, ErrorCode::DuplicateKey);
+}
