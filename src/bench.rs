@@ -112,7 +112,10 @@ pub async fn run_kv(a: KvArgs) -> Result<()> {
     let client = Client::connect_with(&addrs, opts).await.map_err(anyhow::Error::msg)?;
     let spec = TableSpec {
         name: BENCH_TABLE.into(),
-        columns: vec![Column::new("k", ColumnType::Uint), Column { max_len: 8192, ..Column::new("v", ColumnType::Bytes) }],
+        columns: vec![
+            Column::new("k", ColumnType::Uint),
+            Column { max_len: 8192, ..Column::new("v", ColumnType::Bytes) },
+        ],
         primary_key: vec![0],
         partition_key: vec![],
     };
@@ -255,7 +258,10 @@ async fn worker(client: Client, a: KvArgs, id: usize, stop: Instant) -> Worker {
             .map(|&k| {
                 if write {
                     version += 1;
-                    KeyOp::Upsert { table: BENCH_TABLE.into(), row: vec![Value::Uint(k), value_of(version, a.value_size)] }
+                    KeyOp::Upsert {
+                        table: BENCH_TABLE.into(),
+                        row: vec![Value::Uint(k), value_of(version, a.value_size)],
+                    }
                 } else {
                     KeyOp::Read { table: BENCH_TABLE.into(), key: vec![Value::Uint(k)] }
                 }

@@ -146,7 +146,10 @@ impl LocalCluster {
         fs::create_dir_all(self.dir.join("run"))?;
         fs::create_dir_all(self.dir.join("logs"))?;
         let log_path = self.dir.join("logs").join(format!("{}-{id}.log", kind.name()));
-        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
             .with_context(|| format!("open {}", log_path.display()))?;
         let mut cmd = Command::new(&bin);
         cmd.arg("--id")

@@ -33,7 +33,8 @@ pub async fn run(a: StatusArgs) -> Result<()> {
     // Ask every mgmd on its own: whether it answers is its state.
     let mut answers: Vec<(String, Option<pb::StatusResponse>)> = vec![];
     for addr in &addrs {
-        let pool = shoal_client::MgmdPool::new(std::slice::from_ref(addr), Duration::from_millis(800)).map_err(anyhow::Error::msg)?;
+        let pool = shoal_client::MgmdPool::new(std::slice::from_ref(addr), Duration::from_millis(800))
+            .map_err(anyhow::Error::msg)?;
         answers.push((addr.clone(), pool.status().await.ok()));
     }
     let best = answers
@@ -51,7 +52,11 @@ pub async fn run(a: StatusArgs) -> Result<()> {
     Ok(())
 }
 
-fn to_json(state: &ClusterState, answers: &[(String, Option<pb::StatusResponse>)], local: Option<&LocalCluster>) -> Json {
+fn to_json(
+    state: &ClusterState,
+    answers: &[(String, Option<pb::StatusResponse>)],
+    local: Option<&LocalCluster>,
+) -> Json {
     let mut nodes = vec![];
     for n in &state.nodes {
         let local_pid = local.and_then(|l| l.pid(n.id));
@@ -110,7 +115,11 @@ fn print_table(doc: &Json) {
     println!("{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} detail", "id", "kind", "addr", "state", "pid", "group");
     for n in doc["nodes"].as_array().into_iter().flatten() {
         let detail = if n["kind"] == "mgmd" {
-            if n["leader"] == true { "raft leader".to_string() } else { String::new() }
+            if n["leader"] == true {
+                "raft leader".to_string()
+            } else {
+                String::new()
+            }
         } else {
             format!("primary of {} partitions", n["primaries"])
         };

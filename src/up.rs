@@ -36,7 +36,8 @@ pub fn run(a: UpArgs) -> Result<()> {
         println!("using the existing cluster in {}", a.dir.display());
         c
     } else {
-        let layout = Layout { node_groups: a.node_groups, replicas: a.replicas, mgmds: a.mgmds, base_port: a.base_port };
+        let layout =
+            Layout { node_groups: a.node_groups, replicas: a.replicas, mgmds: a.mgmds, base_port: a.base_port };
         let c = LocalCluster::create(&a.dir, &layout)?;
         println!("created a new cluster in {}", a.dir.display());
         c
@@ -95,13 +96,19 @@ async fn wait_ready(cluster: &LocalCluster) -> Result<()> {
             if cluster.pid(id).is_none() {
                 let log = std::fs::read_dir(cluster.dir.join("logs"))
                     .ok()
-                    .and_then(|mut d| d.find(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(&format!("-{id}.log")))))
+                    .and_then(|mut d| {
+                        d.find(|e| {
+                            e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(&format!("-{id}.log")))
+                        })
+                    })
                     .and_then(|e| e.ok())
                     .map(|e| e.path());
                 let tail = log
                     .as_ref()
                     .and_then(|p| std::fs::read_to_string(p).ok())
-                    .map(|t| t.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
+                    .map(|t| {
+                        t.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+                    })
                     .unwrap_or_default();
                 bail!("node {id} exited during start-up; the end of its log:\n{tail}");
             }

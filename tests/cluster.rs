@@ -258,7 +258,8 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
         partition_key: vec![],
     };
     client.create_table(long_key, false).await.unwrap();
-    expect_code("oversized key", client.insert("lk", vec![Value::Text("k".repeat(2000))]).await, ErrorCode::TooLarge).await;
+    expect_code("oversized key", client.insert("lk", vec![Value::Text("k".repeat(2000))]).await, ErrorCode::TooLarge)
+        .await;
     client.insert("t", full(1)).await.unwrap();
     expect_code("duplicate key", client.insert("t", full(1)).await, ErrorCode::DuplicateKey).await;
     expect_code(
@@ -302,7 +303,8 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
     // Garbage bytes on every gRPC port.
     let ports: Vec<String> = map.nodes.iter().map(|n| n.addr.clone()).collect();
     for addr in &ports {
-        for garbage in [&b"\x00\xff garbage \r\n\r\n"[..], &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01][..], &[0u8; 4096][..]] {
+        for garbage in [&b"\x00\xff garbage \r\n\r\n"[..], &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01][..], &[0u8; 4096][..]]
+        {
             if let Ok(mut s) = std::net::TcpStream::connect(addr) {
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 let _ = s.write_all(garbage);

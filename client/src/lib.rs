@@ -22,7 +22,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
 pub use mgmd::MgmdPool;
-pub use shoal_proto::{ColumnType, Column};
+pub use shoal_proto::{Column, ColumnType};
 
 pub type Result<T> = std::result::Result<T, ShoalError>;
 pub type Row = Vec<Value>;
@@ -55,12 +55,29 @@ impl Default for ClientOptions {
 /// One key operation of a batch.
 #[derive(Clone, Debug, PartialEq)]
 pub enum KeyOp {
-    Read { table: String, key: Row },
-    Insert { table: String, row: Row },
-    Upsert { table: String, row: Row },
+    Read {
+        table: String,
+        key: Row,
+    },
+    Insert {
+        table: String,
+        row: Row,
+    },
+    Upsert {
+        table: String,
+        row: Row,
+    },
     /// Sets `columns` (by position) to `values` in the row with primary key `key`.
-    Update { table: String, key: Row, columns: Vec<u32>, values: Row },
-    Delete { table: String, key: Row },
+    Update {
+        table: String,
+        key: Row,
+        columns: Vec<u32>,
+        values: Row,
+    },
+    Delete {
+        table: String,
+        key: Row,
+    },
 }
 
 /// What one operation of a batch gave: reads give the row if found.
@@ -121,7 +138,8 @@ impl Client {
             }
         };
         let (epoch_tx, _) = watch::channel(map.epoch);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let inner = Arc::new(Inner {
             mgmd,
             map: ArcSwap::from_pointee(map),
@@ -235,9 +253,9 @@ impl Client {
         let mut columns = vec![];
         let mut values = vec![];
         for (name, v) in set {
-            let c = t
-                .column_index(name)
-                .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("table {table} has no column {name}")))?;
+            let c = t.column_index(name).ok_or_else(|| {
+                ShoalError::new(ErrorCode::InvalidArgument, format!("table {table} has no column {name}"))
+            })?;
             columns.push(c as u32);
             values.push(v.clone());
         }
@@ -421,7 +439,8 @@ impl Client {
             }
             if Instant::now() + backoff >= deadline {
                 for i in retry {
-                    let e = last_err.remove(&i).unwrap_or_else(|| ShoalError::new(ErrorCode::Timeout, "deadline passed"));
+                    let e =
+                        last_err.remove(&i).unwrap_or_else(|| ShoalError::new(ErrorCode::Timeout, "deadline passed"));
                     out[i] = Some(Err(ShoalError::new(
                         ErrorCode::Timeout,
                         format!("gave up after {:?}: {e}", self.inner.opts.deadline),
@@ -438,9 +457,7 @@ impl Client {
             }
             pending = retry;
         }
-        out.into_iter()
-            .map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome"))))
-            .collect()
+        out.into_iter().map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome")))).collect()
     }
 
     fn node_client(&self, id: NodeId) -> Result<DataNodeClient<Channel>> {
@@ -477,7 +494,9 @@ impl Client {
                 check(resp.error)?;
                 Ok(resp.results)
             }
-            Ok(Err(status)) => Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", status.message()))),
+            Ok(Err(status)) => {
+                Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", status.message())))
+            }
             Err(_) => Err(ShoalError::new(ErrorCode::Timeout, format!("node {node} did not answer in {attempt:?}"))),
         }
     }
@@ -488,7 +507,12 @@ impl Client {
     /// partition by partition. Projection: column positions, empty for all. A failure before a
     /// partition sent its first rows is retried; one in the middle of a partition ends the
     /// stream with an error.
-    pub fn scan(&self, table: &str, filters: Vec<Filter>, projection: Vec<u32>) -> tokio_stream::wrappers::ReceiverStream<Result<Row>> {
+    pub fn scan(
+        &self,
+        table: &str,
+        filters: Vec<Filter>,
+        projection: Vec<u32>,
+    ) -> tokio_stream::wrappers::ReceiverStream<Result<Row>> {
         let (tx, rx) = mpsc::channel(SCAN_QUEUE * SCAN_BATCH_ROWS as usize);
         let client = self.clone();
         let table = table.to_string();
@@ -500,7 +524,13 @@ impl Client {
         tokio_stream::wrappers::ReceiverStream::new(rx)
     }
 
-    async fn scan_into(&self, table: &str, filters: Vec<Filter>, projection: Vec<u32>, tx: &mpsc::Sender<Result<Row>>) -> Result<()> {
+    async fn scan_into(
+        &self,
+        table: &str,
+        filters: Vec<Filter>,
+        projection: Vec<u32>,
+        tx: &mpsc::Sender<Result<Row>>,
+    ) -> Result<()> {
         let t = self.table(table)?;
         let read_backup = self.inner.opts.read_backup;
         for partition in 0..t.partition_count {
@@ -519,7 +549,13 @@ impl Client {
                 };
                 let probe = Prepared { partition, op: pb::Op::default(), is_read: true };
                 let result = match route(&map, &probe, read_backup, None, &mut spread) {
-                    None => Err((false, ShoalError::new(ErrorCode::PartitionUnavailable, format!("partition {partition} has no live replica")))),
+                    None => Err((
+                        false,
+                        ShoalError::new(
+                            ErrorCode::PartitionUnavailable,
+                            format!("partition {partition} has no live replica"),
+                        ),
+                    )),
                     Some(node) => self.scan_partition(node, req, tx).await,
                 };
                 match result {
@@ -537,7 +573,12 @@ impl Client {
     }
 
     /// Err((rows_already_sent, error)).
-    async fn scan_partition(&self, node: NodeId, req: pb::ScanRequest, tx: &mpsc::Sender<Result<Row>>) -> std::result::Result<(), (bool, ShoalError)> {
+    async fn scan_partition(
+        &self,
+        node: NodeId,
+        req: pb::ScanRequest,
+        tx: &mpsc::Sender<Result<Row>>,
+    ) -> std::result::Result<(), (bool, ShoalError)> {
         let mut client = self.node_client(node).map_err(|e| (false, e))?;
         let mut stream = client
             .scan(req)
@@ -546,7 +587,9 @@ impl Client {
             .into_inner();
         let mut sent = false;
         while let Some(batch) = stream.next().await {
-            let batch = batch.map_err(|s| (sent, ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", s.message()))))?;
+            let batch = batch.map_err(|s| {
+                (sent, ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", s.message())))
+            })?;
             check(batch.error).map_err(|e| (sent, e))?;
             for row in batch.rows {
                 sent = true;
@@ -564,7 +607,13 @@ impl Client {
 
 /// Picks the node for an operation: the primary, or for read-backup reads any complete replica
 /// (spread round-robin).
-fn route(map: &ClusterState, p: &Prepared, read_backup: bool, only: Option<NodeId>, spread: &mut usize) -> Option<NodeId> {
+fn route(
+    map: &ClusterState,
+    p: &Prepared,
+    read_backup: bool,
+    only: Option<NodeId>,
+    spread: &mut usize,
+) -> Option<NodeId> {
     let pa = map.partition(p.partition)?;
     if let Some(n) = only {
         return Some(n);
@@ -603,7 +652,9 @@ async fn watch_map(inner: std::sync::Weak<Inner>) {
         let known = me.map.load().epoch;
         let timeout = me.mgmd.call_timeout();
         drop(me);
-        if let Ok(Ok(resp)) = tokio::time::timeout(timeout, c.watch_cluster_state(pb::WatchRequest { known_epoch: known })).await {
+        if let Ok(Ok(resp)) =
+            tokio::time::timeout(timeout, c.watch_cluster_state(pb::WatchRequest { known_epoch: known })).await
+        {
             let mut stream = resp.into_inner();
             while let Some(Ok(state)) = stream.next().await {
                 let Some(me) = inner.upgrade() else { return };

@@ -67,7 +67,8 @@ impl MgmdPool {
                         return Ok(t);
                     }
                     Err(e) if e.code == ErrorCode::NotLeader => {
-                        let hinted = self.clients.iter().position(|(a, _)| !e.hint_addr.is_empty() && *a == e.hint_addr);
+                        let hinted =
+                            self.clients.iter().position(|(a, _)| !e.hint_addr.is_empty() && *a == e.hint_addr);
                         i = hinted.unwrap_or((i + 1) % n);
                         last = e;
                     }
@@ -111,10 +112,11 @@ impl MgmdPool {
             let mut c = c.clone();
             if let Ok(Ok(r)) = tokio::time::timeout(self.call_timeout, c.status(pb::Empty {})).await {
                 let r = r.into_inner();
-                let is_leader = r.mgmds.iter().any(|m| m.leader && r.state.as_ref().is_some_and(|s| s.leader_id == m.id));
-                let newer = best.as_ref().is_none_or(|b| {
-                    r.state.as_ref().map_or(0, |s| s.epoch) > b.state.as_ref().map_or(0, |s| s.epoch)
-                });
+                let is_leader =
+                    r.mgmds.iter().any(|m| m.leader && r.state.as_ref().is_some_and(|s| s.leader_id == m.id));
+                let newer = best
+                    .as_ref()
+                    .is_none_or(|b| r.state.as_ref().map_or(0, |s| s.epoch) > b.state.as_ref().map_or(0, |s| s.epoch));
                 if is_leader || newer {
                     best = Some(r);
                 }

@@ -45,11 +45,7 @@ impl MgmdLink {
 
     pub async fn synced(&self, node_id: NodeId, incarnation: u64, sync_epoch: Epoch) -> Result<(), ShoalError> {
         let req = pb::NodeSyncedRequest { node_id, incarnation, sync_epoch };
-        self.on_leader(|mut c| {
-            let req = req.clone();
-            async move { Ok(((), c.node_synced(req).await?.into_inner().error)) }
-        })
-        .await
+        self.on_leader(|mut c| async move { Ok(((), c.node_synced(req).await?.into_inner().error)) }).await
     }
 
     pub async fn report_failure(&self, reporter: NodeId, node_id: NodeId, reason: String) -> Result<(), ShoalError> {
@@ -97,7 +93,7 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32) {
             }
             Err(e) => {
                 failures += 1;
-                if failures == 1 || failures % 50 == 0 {
+                if failures == 1 || failures.is_multiple_of(50) {
                     tracing::warn!("heartbeat failed ({failures} in a row): {e}");
                 }
             }

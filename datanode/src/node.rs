@@ -139,7 +139,9 @@ impl Node {
     pub fn check_primary(&self, map: &ClusterState, pa: &PartitionAssignment) -> Result<(), ShoalError> {
         if pa.primary != Some(self.id) {
             return Err(match pa.primary {
-                Some(p) => ShoalError::not_primary(Some(p), format!("node {} is primary of partition {}", p, pa.partition)),
+                Some(p) => {
+                    ShoalError::not_primary(Some(p), format!("node {} is primary of partition {}", p, pa.partition))
+                }
                 None => ShoalError::new(
                     ErrorCode::PartitionUnavailable,
                     format!("partition {} has no live replica", pa.partition),
@@ -159,7 +161,9 @@ impl Node {
     pub fn check_readable(&self, map: &ClusterState, pa: &PartitionAssignment) -> Result<(), ShoalError> {
         match pa.replica(self.id) {
             Some(r) if !r.syncing => {}
-            _ => return Err(ShoalError::not_primary(pa.primary, format!("node {} holds no complete replica", self.id))),
+            _ => {
+                return Err(ShoalError::not_primary(pa.primary, format!("node {} holds no complete replica", self.id)))
+            }
         }
         if self.my_state(map) != Some(NodeState::Up) || !self.lease_valid() {
             return Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {} is not serving", self.id)));

@@ -117,7 +117,10 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
     let data = match op.kind {
         OpKind::Insert => {
             if current.is_some() {
-                return Err(ShoalError::new(ErrorCode::DuplicateKey, format!("duplicate key in table {}", table.name())));
+                return Err(ShoalError::new(
+                    ErrorCode::DuplicateKey,
+                    format!("duplicate key in table {}", table.name()),
+                ));
             }
             Some(encode_row(&table, full_row.as_deref().unwrap_or_default())?)
         }
@@ -126,7 +129,10 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
             let cur = current.ok_or_else(|| ShoalError::new(ErrorCode::KeyNotFound, "no row with that key"))?;
             let mut values = decode_row(&table, &cur)?;
             if op.columns.len() != update_values.len() {
-                return Err(ShoalError::new(ErrorCode::InvalidArgument, "update names a different number of columns and values"));
+                return Err(ShoalError::new(
+                    ErrorCode::InvalidArgument,
+                    "update names a different number of columns and values",
+                ));
             }
             for (&c, v) in op.columns.iter().zip(update_values) {
                 let col = table

@@ -57,7 +57,11 @@ pub async fn replicate(
     replicate_request(node, pa, req).await
 }
 
-pub async fn replicate_request(node: &Node, pa: &PartitionAssignment, req: pb::ReplicateRequest) -> Result<(), ShoalError> {
+pub async fn replicate_request(
+    node: &Node,
+    pa: &PartitionAssignment,
+    req: pb::ReplicateRequest,
+) -> Result<(), ShoalError> {
     let targets: Vec<NodeId> = pa.replicas.iter().map(|r| r.node_id).filter(|&n| n != node.id).collect();
     let sends = targets.into_iter().map(|to| send_to(node, to, pa, req.clone()));
     for r in futures::future::join_all(sends).await {
@@ -66,7 +70,12 @@ pub async fn replicate_request(node: &Node, pa: &PartitionAssignment, req: pb::R
     Ok(())
 }
 
-async fn send_to(node: &Node, to: NodeId, pa: &PartitionAssignment, req: pb::ReplicateRequest) -> Result<(), ShoalError> {
+async fn send_to(
+    node: &Node,
+    to: NodeId,
+    pa: &PartitionAssignment,
+    req: pb::ReplicateRequest,
+) -> Result<(), ShoalError> {
     let start = Instant::now();
     let mut reported = false;
     loop {
@@ -119,7 +128,10 @@ pub async fn apply(node: &Node, req: pb::ReplicateRequest) -> Result<(), ShoalEr
         .partition(req.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", req.partition)))?;
     if pa.replica(node.id).is_none() {
-        return Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {} is not a replica of partition {}", node.id, req.partition)));
+        return Err(ShoalError::new(
+            ErrorCode::NodeNotReady,
+            format!("node {} is not a replica of partition {}", node.id, req.partition),
+        ));
     }
     let part = node
         .partition(table.id, req.partition)

@@ -147,7 +147,10 @@ impl DataNode for Service {
 
     type CopyPartitionStream = BoxStream<pb::CopyChunk>;
 
-    async fn copy_partition(&self, req: Request<pb::CopyRequest>) -> Result<Response<Self::CopyPartitionStream>, Status> {
+    async fn copy_partition(
+        &self,
+        req: Request<pb::CopyRequest>,
+    ) -> Result<Response<Self::CopyPartitionStream>, Status> {
         let (tx, rx) = mpsc::channel(SCAN_QUEUE_BATCHES);
         tokio::spawn(sync::copy_out(self.node.clone(), req.into_inner(), tx));
         let out = ReceiverStream::new(rx).map(|c| Ok(sync::chunk_to_pb(c)));

@@ -126,9 +126,7 @@ impl PartitionStore {
     fn find(&self, key: &[u8]) -> Option<u32> {
         let h = self.hasher.hash_one(key);
         let slots = &self.slots;
-        self.index
-            .find(h, |&i| slots[i as usize].as_ref().is_some_and(|s| &*s.key == key))
-            .copied()
+        self.index.find(h, |&i| slots[i as usize].as_ref().is_some_and(|s| &*s.key == key)).copied()
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&RowSlot> {

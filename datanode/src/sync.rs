@@ -50,7 +50,10 @@ async fn copy_rows(
         .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", req.partition)))?;
     node.check_primary(&map, pa)?;
     if pa.replica(req.to).is_none() {
-        return Err(ShoalError::new(ErrorCode::StaleEpoch, format!("node {} is not a replica of partition {}", req.to, req.partition)));
+        return Err(ShoalError::new(
+            ErrorCode::StaleEpoch,
+            format!("node {} is not a replica of partition {}", req.to, req.partition),
+        ));
     }
     let part = node
         .partition(req.table_id, req.partition)
@@ -120,7 +123,7 @@ pub async fn run(node: Arc<Node>, sync_epoch: Epoch, mgmd: Arc<crate::mgmd_link:
     for part in node.partitions() {
         part.store.lock().end_fill();
     }
-    for attempt in 0..600 {
+    for attempt in 0u32..600 {
         if node.sync_epoch() != sync_epoch {
             return;
         }
@@ -134,7 +137,7 @@ pub async fn run(node: Arc<Node>, sync_epoch: Epoch, mgmd: Arc<crate::mgmd_link:
                 return;
             }
             Err(e) => {
-                if attempt % 10 == 0 {
+                if attempt.is_multiple_of(10) {
                     tracing::warn!("cannot report sync to mgmd: {e}");
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -150,10 +153,10 @@ pub async fn run(node: Arc<Node>, sync_epoch: Epoch, mgmd: Arc<crate::mgmd_link:
 async fn copy_in(node: &Node, table: u32, partition: u32, sync_epoch: Epoch) -> Result<u64, ShoalError> {
     let map = node.map();
     let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
-    let primary = pa
-        .primary
-        .ok_or_else(|| ShoalError::new(ErrorCode::PartitionUnavailable, "partition has no primary"))?;
-    let mut client = node.peer(primary).ok_or_else(|| ShoalError::internal(format!("no address for node {primary}")))?;
+    let primary =
+        pa.primary.ok_or_else(|| ShoalError::new(ErrorCode::PartitionUnavailable, "partition has no primary"))?;
+    let mut client =
+        node.peer(primary).ok_or_else(|| ShoalError::internal(format!("no address for node {primary}")))?;
     let part = node
         .partition(table, partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, "replica not installed"))?;

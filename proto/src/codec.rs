@@ -22,37 +22,35 @@ fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
 /// (an Int into a Uint column when non-negative, an integer into a Float column, ...).
 pub fn coerce(col: &Column, v: Value) -> Result<Value, ShoalError> {
     let mismatch = |v: &Value| {
-        err(
-            ErrorCode::TypeMismatch,
-            format!("column {} is {} but got {}", col.name, col.ty.name(), v.type_name()),
-        )
+        err(ErrorCode::TypeMismatch, format!("column {} is {} but got {}", col.name, col.ty.name(), v.type_name()))
     };
-    let out = match (col.ty, v) {
-        (_, Value::Null) => {
-            if !col.nullable {
-                return Err(err(ErrorCode::NullViolation, format!("column {} cannot be NULL", col.name)));
+    let out =
+        match (col.ty, v) {
+            (_, Value::Null) => {
+                if !col.nullable {
+                    return Err(err(ErrorCode::NullViolation, format!("column {} cannot be NULL", col.name)));
+                }
+                Value::Null
             }
-            Value::Null
-        }
-        (ColumnType::Int, Value::Int(i)) => Value::Int(i),
-        (ColumnType::Int, Value::Uint(u)) => Value::Int(i64::try_from(u).map_err(|_| {
-            err(ErrorCode::TypeMismatch, format!("value {u} is out of range for column {}", col.name))
-        })?),
-        (ColumnType::Int, Value::Bool(b)) => Value::Int(i64::from(b)),
-        (ColumnType::Uint, Value::Uint(u)) => Value::Uint(u),
-        (ColumnType::Uint, Value::Int(i)) => Value::Uint(u64::try_from(i).map_err(|_| {
-            err(ErrorCode::TypeMismatch, format!("value {i} is out of range for column {}", col.name))
-        })?),
-        (ColumnType::Float, Value::Float(f)) => Value::Float(f),
-        (ColumnType::Float, Value::Int(i)) => Value::Float(i as f64),
-        (ColumnType::Float, Value::Uint(u)) => Value::Float(u as f64),
-        (ColumnType::Bool, Value::Bool(b)) => Value::Bool(b),
-        (ColumnType::Bool, Value::Int(i @ (0 | 1))) => Value::Bool(i == 1),
-        (ColumnType::Text, Value::Text(s)) => Value::Text(s),
-        (ColumnType::Bytes, Value::Bytes(b)) => Value::Bytes(b),
-        (ColumnType::Bytes, Value::Text(s)) => Value::Bytes(s.into_bytes()),
-        (_, v) => return Err(mismatch(&v)),
-    };
+            (ColumnType::Int, Value::Int(i)) => Value::Int(i),
+            (ColumnType::Int, Value::Uint(u)) => Value::Int(i64::try_from(u).map_err(|_| {
+                err(ErrorCode::TypeMismatch, format!("value {u} is out of range for column {}", col.name))
+            })?),
+            (ColumnType::Int, Value::Bool(b)) => Value::Int(i64::from(b)),
+            (ColumnType::Uint, Value::Uint(u)) => Value::Uint(u),
+            (ColumnType::Uint, Value::Int(i)) => Value::Uint(u64::try_from(i).map_err(|_| {
+                err(ErrorCode::TypeMismatch, format!("value {i} is out of range for column {}", col.name))
+            })?),
+            (ColumnType::Float, Value::Float(f)) => Value::Float(f),
+            (ColumnType::Float, Value::Int(i)) => Value::Float(i as f64),
+            (ColumnType::Float, Value::Uint(u)) => Value::Float(u as f64),
+            (ColumnType::Bool, Value::Bool(b)) => Value::Bool(b),
+            (ColumnType::Bool, Value::Int(i @ (0 | 1))) => Value::Bool(i == 1),
+            (ColumnType::Text, Value::Text(s)) => Value::Text(s),
+            (ColumnType::Bytes, Value::Bytes(b)) => Value::Bytes(b),
+            (ColumnType::Bytes, Value::Text(s)) => Value::Bytes(s.into_bytes()),
+            (_, v) => return Err(mismatch(&v)),
+        };
     let len = match &out {
         Value::Text(s) => s.len(),
         Value::Bytes(b) => b.len(),
@@ -324,8 +322,7 @@ mod tests {
         let t = table();
         let e = check_row(&t, vec![Value::Text("x".into()); 5]).unwrap_err();
         assert_eq!(e.code, ErrorCode::TypeMismatch);
-        let e = check_row(&t, vec![Value::Null, Value::Null, Value::Null, Value::Bool(true), Value::Null])
-            .unwrap_err();
+        let e = check_row(&t, vec![Value::Null, Value::Null, Value::Null, Value::Bool(true), Value::Null]).unwrap_err();
         assert_eq!(e.code, ErrorCode::NullViolation);
         let e = encode_key(&t, vec![]).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument);
@@ -337,8 +334,8 @@ mod tests {
     #[test]
     fn fixed_offsets_point_at_slots() {
         let t = table();
-        let row = check_row(&t, vec![Value::Int(9), Value::Null, Value::Float(2.5), Value::Bool(true), Value::Null])
-            .unwrap();
+        let row =
+            check_row(&t, vec![Value::Int(9), Value::Null, Value::Float(2.5), Value::Bool(true), Value::Null]).unwrap();
         let enc = encode_row(&t, &row).unwrap();
         let off = fixed_offset(&t, 2).unwrap();
         assert_eq!(f64::from_bits(u64::from_le_bytes(enc[off..off + 8].try_into().unwrap())), 2.5);

@@ -143,7 +143,13 @@ impl TryFrom<pb::Table> for Table {
         if t.partition_count == 0 {
             return Err(bad(format!("table {} has no partitions", spec.name)));
         }
-        Ok(Table { id: t.id, spec, partition_count: t.partition_count, schema_version: t.schema_version, hidden_pk: t.hidden_pk })
+        Ok(Table {
+            id: t.id,
+            spec,
+            partition_count: t.partition_count,
+            schema_version: t.schema_version,
+            hidden_pk: t.hidden_pk,
+        })
     }
 }
 

@@ -61,12 +61,7 @@ pub struct Column {
 
 impl Column {
     pub fn new(name: &str, ty: ColumnType) -> Column {
-        Column {
-            name: name.to_string(),
-            ty,
-            nullable: false,
-            max_len: if ty.is_var() { DEFAULT_MAX_LEN } else { 0 },
-        }
+        Column { name: name.to_string(), ty, nullable: false, max_len: if ty.is_var() { DEFAULT_MAX_LEN } else { 0 } }
     }
 
     pub fn nullable(mut self) -> Column {
@@ -166,10 +161,7 @@ impl TableSpec {
             }
             seen.push(k);
             if col.ty == ColumnType::Float {
-                return Err(invalid(format!(
-                    "column {}: FLOAT cannot be part of a primary key",
-                    col.name
-                )));
+                return Err(invalid(format!("column {}: FLOAT cannot be part of a primary key", col.name)));
             }
             // Primary key columns are NOT NULL, as in MySQL.
             col.nullable = false;

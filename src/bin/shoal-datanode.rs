@@ -1,1 +1,3 @@
-fn main() { shoal_datanode::main_entry() }
+fn main() {
+    shoal_datanode::main_entry()
+}

@@ -107,7 +107,7 @@ impl TestCluster {
         serde_json::from_slice(&out.stdout).expect("status is JSON")
     }
 
-    pub fn node<'a>(status: &'a Json, id: u64) -> &'a Json {
+    pub fn node(status: &Json, id: u64) -> &Json {
         status["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == id)).expect("node in status")
     }
 
@@ -164,10 +164,7 @@ impl TestCluster {
 
     fn node_pids(&self) -> Vec<u32> {
         let Ok(entries) = std::fs::read_dir(self.dir.join("run")) else { return vec![] };
-        entries
-            .flatten()
-            .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
-            .collect()
+        entries.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok()).collect()
     }
 }
 
