@@ -33,37 +33,21 @@ pub struct MgmdOptions {
 
 impl MgmdOptions {
     /// Options for mgmd `id` of `config`, whose file lives in `config_dir`.
-    pub fn new(
-        id: NodeId,
-        config: ClusterConfig,
-        config_dir: &Path,
-    ) -> anyhow::Result<MgmdOptions> {
+    pub fn new(id: NodeId, config: ClusterConfig, config_dir: &Path) -> anyhow::Result<MgmdOptions> {
         let me = config
             .mgmd
             .iter()
             .find(|m| m.id == id)
             .ok_or_else(|| anyhow!("the config has no [[mgmd]] with id {id}"))?;
         let dir = Path::new(&me.data_dir);
-        let data_dir = if dir.is_absolute() {
-            dir.to_path_buf()
-        } else {
-            config_dir.join(dir)
-        };
-        Ok(MgmdOptions {
-            id,
-            addr: me.addr.clone(),
-            data_dir,
-            config,
-            snapshot_every_logs: SNAPSHOT_EVERY_LOGS,
-        })
+        let data_dir = if dir.is_absolute() { dir.to_path_buf() } else { config_dir.join(dir) };
+        Ok(MgmdOptions { id, addr: me.addr.clone(), data_dir, config, snapshot_every_logs: SNAPSHOT_EVERY_LOGS })
     }
 }
 
 impl MgmdArgs {
     pub fn resolve(&self) -> anyhow::Result<MgmdOptions> {
-        let config = ClusterConfig::load(&self.config)
-            .map_err(|e| anyhow!(e))
-            .context("load cluster config")?;
+        let config = ClusterConfig::load(&self.config).map_err(|e| anyhow!(e)).context("load cluster config")?;
         let config_dir = match self.config.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),

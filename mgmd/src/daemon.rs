@@ -42,11 +42,7 @@ fn lock_dir(dir: &Path) -> anyhow::Result<DirLock> {
     // SAFETY: flock only reads the descriptor, which `f` keeps open for the call.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
-        bail!(
-            "data dir {} is in use by another mgmd ({})",
-            dir.display(),
-            std::io::Error::last_os_error()
-        );
+        bail!("data dir {} is in use by another mgmd ({})", dir.display(), std::io::Error::last_os_error());
     }
     Ok(DirLock(f))
 }
@@ -64,30 +60,18 @@ pub struct Running {
 /// Starts an mgmd serving on `listener` (bound by the caller, so tests can use ephemeral
 /// ports and know every address before any mgmd starts).
 pub async fn start(opts: MgmdOptions, listener: TcpListener) -> anyhow::Result<Running> {
-    std::fs::create_dir_all(&opts.data_dir)
-        .with_context(|| format!("create data dir {}", opts.data_dir.display()))?;
+    std::fs::create_dir_all(&opts.data_dir).with_context(|| format!("create data dir {}", opts.data_dir.display()))?;
     let lock = lock_dir(&opts.data_dir)?;
     let addr = listener.local_addr().context("read listener address")?;
 
     let published = Published::new();
-    let raft = raft::start(
-        opts.id,
-        &opts.config.cluster.name,
-        &opts.data_dir,
-        opts.snapshot_every_logs,
-        published.clone(),
-    )
-    .await?;
+    let raft =
+        raft::start(opts.id, &opts.config.cluster.name, &opts.data_dir, opts.snapshot_every_logs, published.clone())
+            .await?;
     let consensus = Consensus {
         raft: raft.clone(),
         id: opts.id,
-        mgmds: Arc::new(
-            opts.config
-                .mgmd
-                .iter()
-                .map(|m| (m.id, m.addr.clone()))
-                .collect::<BTreeMap<_, _>>(),
-        ),
+        mgmds: Arc::new(opts.config.mgmd.iter().map(|m| (m.id, m.addr.clone())).collect::<BTreeMap<_, _>>()),
         published,
     };
 
@@ -122,14 +106,7 @@ pub async fn start(opts: MgmdOptions, listener: TcpListener) -> anyhow::Result<R
             }),
     );
     tracing::info!("mgmd {} listening on {addr}", opts.id);
-    Ok(Running {
-        consensus,
-        addr,
-        shutdown: shutdown_tx,
-        tasks,
-        server,
-        _lock: lock,
-    })
+    Ok(Running { consensus, addr, shutdown: shutdown_tx, tasks, server, _lock: lock })
 }
 
 impl Running {
@@ -151,9 +128,7 @@ impl Running {
         let id = self.consensus.id;
         let _ = self.shutdown.send(true);
         let mut server = self.server;
-        match tokio::time::timeout(Duration::from_millis(SERVER_DRAIN_TIMEOUT_MS), &mut server)
-            .await
-        {
+        match tokio::time::timeout(Duration::from_millis(SERVER_DRAIN_TIMEOUT_MS), &mut server).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => tracing::warn!("grpc server ended with: {e}"),
             Ok(Err(e)) => tracing::warn!("grpc server task failed: {e}"),

@@ -99,9 +99,9 @@ impl Term {
 
     fn confirmed(&self, now: Instant) -> bool {
         self.caught_up
-            && self.confirmed_at.is_some_and(|c| {
-                now.saturating_duration_since(c) < Duration::from_millis(LEADER_CONFIRM_WINDOW_MS)
-            })
+            && self
+                .confirmed_at
+                .is_some_and(|c| now.saturating_duration_since(c) < Duration::from_millis(LEADER_CONFIRM_WINDOW_MS))
     }
 }
 
@@ -119,19 +119,12 @@ fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
 
 impl Leader {
     pub fn new(consensus: Consensus, file_config: Arc<ClusterConfig>) -> Arc<Leader> {
-        Arc::new(Leader {
-            consensus,
-            file_config,
-            term: Mutex::new(None),
-        })
+        Arc::new(Leader { consensus, file_config, term: Mutex::new(None) })
     }
 
     /// The configuration in force: the replicated one once bootstrapped.
     fn config(&self) -> Arc<ClusterConfig> {
-        self.consensus
-            .published
-            .config()
-            .unwrap_or_else(|| self.file_config.clone())
+        self.consensus.published.config().unwrap_or_else(|| self.file_config.clone())
     }
 
     /// Starts the leader's background tasks; they end when `shutdown` turns true.
@@ -158,27 +151,17 @@ impl Leader {
     }
 
     fn on_metrics(&self, m: &RaftMetrics<u64, openraft::BasicNode>) {
-        self.consensus
-            .published
-            .set_leader(m.current_leader.map(node_id).unwrap_or(0));
+        self.consensus.published.set_leader(m.current_leader.map(node_id).unwrap_or(0));
         let leading = m.state == ServerState::Leader && m.running_state.is_ok();
         let mut term = self.term.lock();
         match (&*term, leading) {
             (Some(t), true) if t.term == m.current_term => {}
             (_, true) => {
-                tracing::info!(
-                    term = m.current_term,
-                    "mgmd {} became raft leader",
-                    self.consensus.id
-                );
+                tracing::info!(term = m.current_term, "mgmd {} became raft leader", self.consensus.id);
                 *term = Some(Term::new(m.current_term, Instant::now()));
             }
             (Some(t), false) => {
-                tracing::info!(
-                    term = t.term,
-                    "mgmd {} is no longer raft leader",
-                    self.consensus.id
-                );
+                tracing::info!(term = t.term, "mgmd {} is no longer raft leader", self.consensus.id);
                 *term = None;
             }
             (None, false) => {}
@@ -199,22 +182,16 @@ impl Leader {
                 continue;
             };
             let start = Instant::now();
-            let res = tokio::time::timeout(
-                Duration::from_millis(CONFIRM_TIMEOUT_MS),
-                self.consensus.raft.get_read_log_id(),
-            )
-            .await;
+            let res =
+                tokio::time::timeout(Duration::from_millis(CONFIRM_TIMEOUT_MS), self.consensus.raft.get_read_log_id())
+                    .await;
             if let Ok(Ok((read, applied))) = res {
                 let mut guard = self.term.lock();
                 if let Some(t) = guard.as_mut().filter(|t| t.term == term) {
                     t.confirmed_at = Some(start);
                     if !t.caught_up && applied >= read {
                         t.caught_up = true;
-                        tracing::info!(
-                            term,
-                            "mgmd {} leader caught up; taking decisions",
-                            self.consensus.id
-                        );
+                        tracing::info!(term, "mgmd {} leader caught up; taking decisions", self.consensus.id);
                     }
                 }
             }
@@ -247,11 +224,7 @@ impl Leader {
             // Not bootstrapped: nothing else makes sense until it is.
             if !t.bootstrap_in_flight && now >= t.bootstrap_not_before {
                 t.bootstrap_in_flight = true;
-                tracing::info!(
-                    "mgmd {} proposing bootstrap of cluster {:?}",
-                    self.consensus.id,
-                    config.cluster.name
-                );
+                tracing::info!("mgmd {} proposing bootstrap of cluster {:?}", self.consensus.id, config.cluster.name);
                 self.spawn_bootstrap(t.term);
             }
             return;
@@ -263,12 +236,7 @@ impl Leader {
     fn spawn_bootstrap(self: &Arc<Self>, term: u64) {
         let me = self.clone();
         tokio::spawn(async move {
-            let res = me
-                .consensus
-                .propose(Command::Bootstrap {
-                    config: (*me.file_config).clone(),
-                })
-                .await;
+            let res = me.consensus.propose(Command::Bootstrap { config: (*me.file_config).clone() }).await;
             if let Err(e) = &res {
                 tracing::warn!("bootstrap failed: {e}");
             }
@@ -281,19 +249,10 @@ impl Leader {
         });
     }
 
-    fn detect_failures(
-        self: &Arc<Self>,
-        t: &mut Term,
-        cluster: &ClusterState,
-        config: &ClusterConfig,
-        now: Instant,
-    ) {
+    fn detect_failures(self: &Arc<Self>, t: &mut Term, cluster: &ClusterState, config: &ClusterConfig, now: Instant) {
         let timeout = Duration::from_millis(config.cluster.failure_timeout_ms);
         for n in &cluster.nodes {
-            if n.kind != NodeKind::DataNode
-                || n.state == NodeState::Down
-                || t.downs_in_flight.contains(&n.id)
-            {
+            if n.kind != NodeKind::DataNode || n.state == NodeState::Down || t.downs_in_flight.contains(&n.id) {
                 continue;
             }
             let last = match t.last_seen.get(&n.id) {
@@ -313,11 +272,7 @@ impl Leader {
                 n.id
             );
             t.downs_in_flight.insert(n.id);
-            let cmd = Command::Down {
-                id: n.id,
-                incarnation: n.incarnation,
-                reason,
-            };
+            let cmd = Command::Down { id: n.id, incarnation: n.incarnation, reason };
             let (me, term, id) = (self.clone(), t.term, n.id);
             tokio::spawn(async move {
                 let res = me.consensus.propose(cmd).await;
@@ -329,49 +284,28 @@ impl Leader {
         }
     }
 
-    fn propose_due_joins(
-        self: &Arc<Self>,
-        t: &mut Term,
-        cluster: &ClusterState,
-        config: &ClusterConfig,
-        now: Instant,
-    ) {
+    fn propose_due_joins(self: &Arc<Self>, t: &mut Term, cluster: &ClusterState, config: &ClusterConfig, now: Instant) {
         // Forget nodes that asked once and went quiet: they will ask again.
         let forget_after = Duration::from_millis(config.cluster.failure_timeout_ms);
-        t.joins.retain(|_, p| {
-            p.in_flight || now.saturating_duration_since(p.last_asked) <= forget_after
-        });
+        t.joins.retain(|_, p| p.in_flight || now.saturating_duration_since(p.last_asked) <= forget_after);
 
         let mut groups: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
         for (&id, p) in &t.joins {
             if p.in_flight || now < p.not_before {
                 continue;
             }
-            if let Some(group) = config
-                .datanode
-                .iter()
-                .find(|d| d.id == id)
-                .map(|d| d.node_group)
-            {
+            if let Some(group) = config.datanode.iter().find(|d| d.id == id).map(|d| d.node_group) {
                 groups.entry(group).or_default().push(id);
             }
         }
         for (group, ids) in groups {
-            let live = cluster
-                .partitions
-                .iter()
-                .any(|p| p.node_group == group && p.primary.is_some());
+            let live = cluster.partitions.iter().any(|p| p.node_group == group && p.primary.is_some());
             if !live {
                 let members = config.datanode.iter().filter(|d| d.node_group == group);
                 let all_asked = members.clone().all(|d| ids.contains(&d.id));
-                let first = ids
-                    .iter()
-                    .filter_map(|id| t.joins.get(id))
-                    .map(|p| p.first_asked)
-                    .min();
-                let waited = first.is_some_and(|f| {
-                    now.saturating_duration_since(f) >= Duration::from_millis(GROUP_START_WAIT_MS)
-                });
+                let first = ids.iter().filter_map(|id| t.joins.get(id)).map(|p| p.first_asked).min();
+                let waited = first
+                    .is_some_and(|f| now.saturating_duration_since(f) >= Duration::from_millis(GROUP_START_WAIT_MS));
                 if !all_asked && !waited {
                     continue;
                 }
@@ -395,12 +329,7 @@ impl Leader {
             }
             let (me, term) = (self.clone(), t.term);
             tokio::spawn(async move {
-                let res = me
-                    .consensus
-                    .propose(Command::Join {
-                        nodes: nodes.clone(),
-                    })
-                    .await;
+                let res = me.consensus.propose(Command::Join { nodes: nodes.clone() }).await;
                 log_result(&format!("join of {ids:?}"), &res);
                 let mut guard = me.term.lock();
                 let Some(t) = guard.as_mut().filter(|t| t.term == term) else {
@@ -424,140 +353,100 @@ impl Leader {
     /// Answers a data node's heartbeat; see the module docs for when a lease is granted.
     pub fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatAnswer, ShoalError> {
         let now = Instant::now();
-        let cluster = self.consensus.published.current();
-        let config = self.config();
         let mut guard = self.term.lock();
         let Some(t) = guard.as_mut() else {
             return Err(self.consensus.not_leader(self.consensus.leader()));
         };
+        // Read the map under the term lock: a Down decided concurrently is then either still
+        // in flight (no lease below) or already applied (the node is down in this map).
+        let cluster = self.consensus.published.current();
+        let config = self.config();
         if !config.datanode.iter().any(|d| d.id == hb.node_id) {
-            return Err(err(
-                ErrorCode::InvalidArgument,
-                format!("node {} is not a configured data node", hb.node_id),
-            ));
+            return Err(err(ErrorCode::InvalidArgument, format!("node {} is not a configured data node", hb.node_id)));
         }
         t.last_seen.insert(hb.node_id, (now, hb.incarnation));
-        let node = cluster
-            .node(hb.node_id)
-            .filter(|n| n.kind == NodeKind::DataNode);
-        if let Some(n) =
-            node.filter(|n| n.state != NodeState::Down && n.incarnation == hb.incarnation)
-        {
+        let node = cluster.node(hb.node_id).filter(|n| n.kind == NodeKind::DataNode);
+        if let Some(n) = node.filter(|n| n.state != NodeState::Down && n.incarnation == hb.incarnation) {
             if t.joins.get(&hb.node_id).is_some_and(|p| !p.in_flight) {
                 t.joins.remove(&hb.node_id);
             }
-            let lease_ms = if t.confirmed(now) {
-                config.cluster.lease_ms
-            } else {
-                0
-            };
+            // A node being declared down gets no new lease: its backups are about to be
+            // promoted on the assumption that its last lease has run out.
+            let lease_ms =
+                if t.confirmed(now) && !t.downs_in_flight.contains(&hb.node_id) { config.cluster.lease_ms } else { 0 };
             if lease_ms > 0 {
                 t.granted.insert(hb.node_id, now);
             }
-            return Ok(HeartbeatAnswer {
-                lease_ms,
-                state: n.state,
-                epoch: cluster.epoch,
-            });
+            return Ok(HeartbeatAnswer { lease_ms, state: n.state, epoch: cluster.epoch });
         }
         // Down, restarted (new incarnation) or not in the model yet: it has to join first.
-        let info = JoinInfo {
-            id: hb.node_id,
-            addr: hb.addr,
-            pid: hb.pid,
-            incarnation: hb.incarnation,
-        };
+        let info = JoinInfo { id: hb.node_id, addr: hb.addr, pid: hb.pid, incarnation: hb.incarnation };
         let p = t.joins.entry(hb.node_id).or_insert_with(|| {
-            tracing::info!(
-                node = hb.node_id,
-                incarnation = hb.incarnation,
-                "data node {} asks to join",
-                hb.node_id
-            );
-            PendingJoin {
-                info: info.clone(),
-                first_asked: now,
-                last_asked: now,
-                in_flight: false,
-                not_before: now,
-            }
+            tracing::info!(node = hb.node_id, incarnation = hb.incarnation, "data node {} asks to join", hb.node_id);
+            PendingJoin { info: info.clone(), first_asked: now, last_asked: now, in_flight: false, not_before: now }
         });
         p.last_asked = now;
         if !p.in_flight {
             p.info = info;
         }
         // The model's state belongs to an older incarnation: for this one the node is down.
-        Ok(HeartbeatAnswer {
-            lease_ms: 0,
-            state: NodeState::Down,
-            epoch: cluster.epoch,
-        })
+        Ok(HeartbeatAnswer { lease_ms: 0, state: NodeState::Down, epoch: cluster.epoch })
     }
 
     /// A peer could not reach `node_id`. Declares it down, but only once every lease it may
     /// still hold has run out, so its backups are never promoted while it may act as primary.
-    pub async fn report_failure(
-        &self,
-        reporter: NodeId,
-        node_id: NodeId,
-        reason: &str,
-    ) -> CommandResult {
-        let cluster = self.consensus.published.current();
-        let config = self.config();
-        let lease = Duration::from_millis(config.cluster.lease_ms);
-        let (node, fence_until) = {
-            let guard = self.term.lock();
-            let Some(t) = guard.as_ref() else {
+    pub async fn report_failure(self: &Arc<Self>, reporter: NodeId, node_id: NodeId, reason: &str) -> CommandResult {
+        let (node, fence_until, term, epoch) = {
+            let mut guard = self.term.lock();
+            let Some(t) = guard.as_mut() else {
                 return Err(self.consensus.not_leader(self.consensus.leader()));
             };
             if !t.caught_up {
-                return Err(err(
-                    ErrorCode::NodeNotReady,
-                    "the new mgmd leader is still catching up; retry",
-                ));
+                return Err(err(ErrorCode::NodeNotReady, "the new mgmd leader is still catching up; retry"));
             }
-            let Some(node) = cluster
-                .node(node_id)
-                .filter(|n| n.kind == NodeKind::DataNode)
-                .cloned()
-            else {
-                return Err(err(
-                    ErrorCode::InvalidArgument,
-                    format!("node {node_id} is not a configured data node"),
-                ));
+            let cluster = self.consensus.published.current();
+            let lease = Duration::from_millis(self.config().cluster.lease_ms);
+            let Some(node) = cluster.node(node_id).filter(|n| n.kind == NodeKind::DataNode).cloned() else {
+                return Err(err(ErrorCode::InvalidArgument, format!("node {node_id} is not a configured data node")));
             };
+            if node.state == NodeState::Down || t.downs_in_flight.contains(&node_id) {
+                tracing::info!(
+                    "data node {node_id} reported failed by {reporter} ({reason}): already down or going down"
+                );
+                return Ok(Outcome { epoch: cluster.epoch, table: None });
+            }
+            // From here on heartbeats get no new lease, so the fence below cannot move.
+            t.downs_in_flight.insert(node_id);
             // Leases granted by a previous leader end at most a confirmation window plus a
             // lease after this leader took over.
             let previous = t.since + Duration::from_millis(LEADER_CONFIRM_WINDOW_MS) + lease;
             let mine = t.granted.get(&node_id).map(|&g| g + lease);
-            (node, mine.map_or(previous, |m| m.max(previous)))
+            (node, mine.map_or(previous, |m| m.max(previous)), t.term, cluster.epoch)
         };
-        if node.state == NodeState::Down {
-            tracing::info!(
-                "data node {node_id} reported failed by {reporter} ({reason}): already down"
-            );
-            return Ok(Outcome {
-                epoch: cluster.epoch,
-                table: None,
-            });
-        }
         let wait = fence_until.saturating_duration_since(Instant::now());
         tracing::info!(
             node = node_id,
             incarnation = node.incarnation,
             reporter,
+            epoch,
             "data node {node_id} reported failed by {reporter}: {reason}; declaring it down in {} ms, when its lease has run out",
             wait.as_millis()
         );
-        tokio::time::sleep(wait).await;
-        let cmd = Command::Down {
-            id: node_id,
-            incarnation: node.incarnation,
-            reason: format!("reported by node {reporter}: {reason}"),
-        };
-        let res = self.consensus.propose(cmd).await;
-        log_result(&format!("down of data node {node_id}"), &res);
-        res
+        // In its own task: once decided, the down goes through even if the reporter hangs
+        // up, and the in-flight mark is always cleared.
+        let me = self.clone();
+        let reason = format!("reported by node {reporter}: {reason}");
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let cmd = Command::Down { id: node_id, incarnation: node.incarnation, reason };
+            let res = me.consensus.propose(cmd).await;
+            log_result(&format!("down of data node {node_id}"), &res);
+            if let Some(t) = me.term.lock().as_mut().filter(|t| t.term == term) {
+                t.downs_in_flight.remove(&node_id);
+            }
+            res
+        });
+        task.await.unwrap_or_else(|e| Err(ShoalError::internal(format!("declare node down: {e}"))))
     }
 }
 

@@ -26,12 +26,10 @@ pub const WORKER_THREADS: usize = 2;
 /// `Ok`) or until Raft fails (returns the error).
 pub async fn run(args: MgmdArgs) -> anyhow::Result<()> {
     let opts = args.resolve()?;
-    let listener = tokio::net::TcpListener::bind(&opts.addr)
-        .await
-        .with_context(|| format!("bind {}", opts.addr))?;
+    let listener = tokio::net::TcpListener::bind(&opts.addr).await.with_context(|| format!("bind {}", opts.addr))?;
     let running = start(opts, listener).await?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("install SIGTERM handler")?;
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("install SIGTERM handler")?;
     let fatal = tokio::select! {
         _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); None }
         _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); None }

@@ -34,17 +34,8 @@ pub struct MgmdService {
 }
 
 impl MgmdService {
-    pub fn new(
-        consensus: Consensus,
-        leader: Arc<Leader>,
-        shutdown: watch::Receiver<bool>,
-    ) -> MgmdService {
-        MgmdService {
-            consensus,
-            leader,
-            shutdown,
-            watchers: Arc::default(),
-        }
+    pub fn new(consensus: Consensus, leader: Arc<Leader>, shutdown: watch::Receiver<bool>) -> MgmdService {
+        MgmdService { consensus, leader, shutdown, watchers: Arc::default() }
     }
 
     fn epoch(&self) -> u64 {
@@ -53,16 +44,8 @@ impl MgmdService {
 
     fn admin(&self, res: CommandResult) -> Response<pb::AdminResponse> {
         Response::new(match res {
-            Ok(o) => pb::AdminResponse {
-                error: None,
-                epoch: o.epoch,
-                table: o.table.as_ref().map(pb::Table::from),
-            },
-            Err(e) => pb::AdminResponse {
-                error: Some(e.into()),
-                epoch: self.epoch(),
-                table: None,
-            },
+            Ok(o) => pb::AdminResponse { error: None, epoch: o.epoch, table: o.table.as_ref().map(pb::Table::from) },
+            Err(e) => pb::AdminResponse { error: Some(e.into()), epoch: self.epoch(), table: None },
         })
     }
 
@@ -89,19 +72,10 @@ fn nonzero(what: &str, v: u64) -> Result<(), ShoalError> {
 fn heartbeat_from_pb(r: pb::HeartbeatRequest) -> Result<Heartbeat, ShoalError> {
     nonzero("node_id", r.node_id.into())?;
     nonzero("incarnation", r.incarnation)?;
-    if r.addr.is_empty() || r.addr.len() > MAX_ADDR_BYTES || r.addr.chars().any(|c| c.is_control())
-    {
-        return Err(invalid(format!(
-            "addr must be 1..={MAX_ADDR_BYTES} printable bytes"
-        )));
+    if r.addr.is_empty() || r.addr.len() > MAX_ADDR_BYTES || r.addr.chars().any(|c| c.is_control()) {
+        return Err(invalid(format!("addr must be 1..={MAX_ADDR_BYTES} printable bytes")));
     }
-    Ok(Heartbeat {
-        node_id: r.node_id,
-        incarnation: r.incarnation,
-        addr: r.addr,
-        pid: r.pid,
-        epoch: r.epoch,
-    })
+    Ok(Heartbeat { node_id: r.node_id, incarnation: r.incarnation, addr: r.addr, pid: r.pid, epoch: r.epoch })
 }
 
 /// Cuts `s` to at most `max` bytes on a character boundary.
@@ -127,13 +101,8 @@ impl Drop for WatcherSlot {
 
 #[tonic::async_trait]
 impl pb::mgmd_server::Mgmd for MgmdService {
-    async fn get_cluster_state(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<pb::ClusterState>, Status> {
-        Ok(Response::new(pb::ClusterState::from(
-            &*self.consensus.published.current(),
-        )))
+    async fn get_cluster_state(&self, _: Request<pb::Empty>) -> Result<Response<pb::ClusterState>, Status> {
+        Ok(Response::new(pb::ClusterState::from(&*self.consensus.published.current())))
     }
 
     type WatchClusterStateStream = ReceiverStream<Result<pb::ClusterState, Status>>;
@@ -144,9 +113,7 @@ impl pb::mgmd_server::Mgmd for MgmdService {
     ) -> Result<Response<Self::WatchClusterStateStream>, Status> {
         if self.watchers.fetch_add(1, Ordering::Relaxed) >= MAX_WATCHERS {
             self.watchers.fetch_sub(1, Ordering::Relaxed);
-            return Err(Status::resource_exhausted(format!(
-                "this mgmd serves at most {MAX_WATCHERS} watchers"
-            )));
+            return Err(Status::resource_exhausted(format!("this mgmd serves at most {MAX_WATCHERS} watchers")));
         }
         let slot = WatcherSlot(self.watchers.clone());
         let mut last = req.into_inner().known_epoch;
@@ -190,35 +157,16 @@ impl pb::mgmd_server::Mgmd for MgmdService {
                 } else {
                     // Of a peer we know its term only if it leads us, and, if we lead, how far
                     // its log matches ours (a lower bound of what it can apply).
-                    let matched = m
-                        .replication
-                        .as_ref()
-                        .and_then(|r| r.get(&rid))
-                        .and_then(|l| l.as_ref());
-                    (
-                        if leader { m.current_term } else { 0 },
-                        matched.map_or(0, |l| l.index),
-                    )
+                    let matched = m.replication.as_ref().and_then(|r| r.get(&rid)).and_then(|l| l.as_ref());
+                    (if leader { m.current_term } else { 0 }, matched.map_or(0, |l| l.index))
                 };
-                pb::MgmdInfo {
-                    id,
-                    addr: addr.clone(),
-                    leader,
-                    raft_term,
-                    last_applied,
-                }
+                pb::MgmdInfo { id, addr: addr.clone(), leader, raft_term, last_applied }
             })
             .collect();
-        Ok(Response::new(pb::StatusResponse {
-            state: Some(pb::ClusterState::from(&*state)),
-            mgmds,
-        }))
+        Ok(Response::new(pb::StatusResponse { state: Some(pb::ClusterState::from(&*state)), mgmds }))
     }
 
-    async fn heartbeat(
-        &self,
-        req: Request<pb::HeartbeatRequest>,
-    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+    async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let res = heartbeat_from_pb(req.into_inner()).and_then(|hb| self.leader.heartbeat(hb));
         Ok(Response::new(match res {
             Ok(a) => pb::HeartbeatResponse {
@@ -227,38 +175,20 @@ impl pb::mgmd_server::Mgmd for MgmdService {
                 state: state_to_pb(a.state) as i32,
                 epoch: a.epoch,
             },
-            Err(e) => pb::HeartbeatResponse {
-                error: Some(e.into()),
-                lease_ms: 0,
-                state: 0,
-                epoch: self.epoch(),
-            },
+            Err(e) => pb::HeartbeatResponse { error: Some(e.into()), lease_ms: 0, state: 0, epoch: self.epoch() },
         }))
     }
 
-    async fn node_synced(
-        &self,
-        req: Request<pb::NodeSyncedRequest>,
-    ) -> Result<Response<pb::AdminResponse>, Status> {
+    async fn node_synced(&self, req: Request<pb::NodeSyncedRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
-        let res =
-            match nonzero("node_id", r.node_id.into()).and(nonzero("incarnation", r.incarnation)) {
-                Err(e) => Err(e),
-                Ok(()) => {
-                    tracing::info!(
-                        node = r.node_id,
-                        sync_epoch = r.sync_epoch,
-                        "data node {} reports synced",
-                        r.node_id
-                    );
-                    self.on_leader(Command::Synced {
-                        id: r.node_id,
-                        incarnation: r.incarnation,
-                        sync_epoch: r.sync_epoch,
-                    })
+        let res = match nonzero("node_id", r.node_id.into()).and(nonzero("incarnation", r.incarnation)) {
+            Err(e) => Err(e),
+            Ok(()) => {
+                tracing::info!(node = r.node_id, sync_epoch = r.sync_epoch, "data node {} reports synced", r.node_id);
+                self.on_leader(Command::Synced { id: r.node_id, incarnation: r.incarnation, sync_epoch: r.sync_epoch })
                     .await
-                }
-            };
+            }
+        };
         Ok(self.admin(res))
     }
 
@@ -269,54 +199,31 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         let r = req.into_inner();
         let res = match nonzero("node_id", r.node_id.into()) {
             Err(e) => Err(e),
-            Ok(()) => {
-                self.leader
-                    .report_failure(r.reporter, r.node_id, &clip(r.reason, MAX_REASON_BYTES))
-                    .await
-            }
+            Ok(()) => self.leader.report_failure(r.reporter, r.node_id, &clip(r.reason, MAX_REASON_BYTES)).await,
         };
         Ok(self.admin(res))
     }
 
-    async fn create_table(
-        &self,
-        req: Request<pb::CreateTableRequest>,
-    ) -> Result<Response<pb::AdminResponse>, Status> {
+    async fn create_table(&self, req: Request<pb::CreateTableRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
-        let spec = r
-            .spec
-            .ok_or_else(|| invalid("missing table spec"))
-            .and_then(TableSpec::try_from);
+        let spec = r.spec.ok_or_else(|| invalid("missing table spec")).and_then(TableSpec::try_from);
         let res = match spec {
             Err(e) => Err(e),
             Ok(spec) => {
                 tracing::info!(table = %spec.name, "create table {}", spec.name);
-                self.on_leader(Command::CreateTable {
-                    spec,
-                    if_not_exists: r.if_not_exists,
-                })
-                .await
+                self.on_leader(Command::CreateTable { spec, if_not_exists: r.if_not_exists }).await
             }
         };
         Ok(self.admin(res))
     }
 
-    async fn drop_table(
-        &self,
-        req: Request<pb::DropTableRequest>,
-    ) -> Result<Response<pb::AdminResponse>, Status> {
+    async fn drop_table(&self, req: Request<pb::DropTableRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
         let res = if r.name.is_empty() || r.name.len() > MAX_NAME_BYTES {
-            Err(invalid(format!(
-                "table name must be 1..={MAX_NAME_BYTES} bytes"
-            )))
+            Err(invalid(format!("table name must be 1..={MAX_NAME_BYTES} bytes")))
         } else {
             tracing::info!(table = %r.name, "drop table {}", r.name);
-            self.on_leader(Command::DropTable {
-                name: r.name,
-                if_exists: r.if_exists,
-            })
-            .await
+            self.on_leader(Command::DropTable { name: r.name, if_exists: r.if_exists }).await
         };
         Ok(self.admin(res))
     }
@@ -328,40 +235,16 @@ mod tests {
 
     #[test]
     fn heartbeat_validation() {
-        let ok = pb::HeartbeatRequest {
-            node_id: 3,
-            incarnation: 9,
-            addr: "127.0.0.1:1".into(),
-            pid: 1,
-            epoch: 0,
-        };
+        let ok = pb::HeartbeatRequest { node_id: 3, incarnation: 9, addr: "127.0.0.1:1".into(), pid: 1, epoch: 0 };
         assert!(heartbeat_from_pb(ok.clone()).is_ok());
         for bad in [
-            pb::HeartbeatRequest {
-                node_id: 0,
-                ..ok.clone()
-            },
-            pb::HeartbeatRequest {
-                incarnation: 0,
-                ..ok.clone()
-            },
-            pb::HeartbeatRequest {
-                addr: String::new(),
-                ..ok.clone()
-            },
-            pb::HeartbeatRequest {
-                addr: "x".repeat(MAX_ADDR_BYTES + 1),
-                ..ok.clone()
-            },
-            pb::HeartbeatRequest {
-                addr: "a\nb".into(),
-                ..ok.clone()
-            },
+            pb::HeartbeatRequest { node_id: 0, ..ok.clone() },
+            pb::HeartbeatRequest { incarnation: 0, ..ok.clone() },
+            pb::HeartbeatRequest { addr: String::new(), ..ok.clone() },
+            pb::HeartbeatRequest { addr: "x".repeat(MAX_ADDR_BYTES + 1), ..ok.clone() },
+            pb::HeartbeatRequest { addr: "a\nb".into(), ..ok.clone() },
         ] {
-            assert_eq!(
-                heartbeat_from_pb(bad).unwrap_err().code,
-                ErrorCode::InvalidArgument
-            );
+            assert_eq!(heartbeat_from_pb(bad).unwrap_err().code, ErrorCode::InvalidArgument);
         }
     }
 

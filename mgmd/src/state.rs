@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use shoal_proto::config::ClusterConfig;
 use shoal_proto::{
-    ClusterState, Epoch, ErrorCode, Node, NodeId, NodeKind, NodeState, PartitionAssignment,
-    Replica, ShoalError, Table, TableSpec,
+    ClusterState, Epoch, ErrorCode, Node, NodeId, NodeKind, NodeState, PartitionAssignment, Replica, ShoalError, Table,
+    TableSpec,
 };
 
 /// Most tables in one cluster.
@@ -98,20 +98,9 @@ impl Model {
         let result = match cmd {
             Command::Bootstrap { config } => self.bootstrap(config),
             Command::Join { nodes } => self.join(nodes),
-            Command::Synced {
-                id,
-                incarnation,
-                sync_epoch,
-            } => self.synced(id, incarnation, sync_epoch),
-            Command::Down {
-                id,
-                incarnation,
-                reason: _,
-            } => self.down(id, incarnation),
-            Command::CreateTable {
-                spec,
-                if_not_exists,
-            } => self.create_table(spec, if_not_exists),
+            Command::Synced { id, incarnation, sync_epoch } => self.synced(id, incarnation, sync_epoch),
+            Command::Down { id, incarnation, reason: _ } => self.down(id, incarnation),
+            Command::CreateTable { spec, if_not_exists } => self.create_table(spec, if_not_exists),
             Command::DropTable { name, if_exists } => self.drop_table(&name, if_exists),
         };
         match result {
@@ -146,18 +135,14 @@ impl Model {
     }
 
     fn config(&self) -> Result<&ClusterConfig, ShoalError> {
-        self.config
-            .as_ref()
-            .ok_or_else(|| err(ErrorCode::NodeNotReady, "cluster is not bootstrapped yet"))
+        self.config.as_ref().ok_or_else(|| err(ErrorCode::NodeNotReady, "cluster is not bootstrapped yet"))
     }
 
     fn bootstrap(&mut self, config: ClusterConfig) -> CommandResult {
         if self.config.is_some() {
             return Ok(Outcome::default());
         }
-        config
-            .validate()
-            .map_err(|e| err(ErrorCode::InvalidArgument, e))?;
+        config.validate().map_err(|e| err(ErrorCode::InvalidArgument, e))?;
         let mut nodes: Vec<Node> = config
             .mgmd
             .iter()
@@ -203,12 +188,7 @@ impl Model {
             .nodes
             .iter_mut()
             .find(|n| n.id == id && n.kind == NodeKind::DataNode)
-            .ok_or_else(|| {
-                err(
-                    ErrorCode::InvalidArgument,
-                    format!("node {id} is not a configured data node"),
-                )
-            })
+            .ok_or_else(|| err(ErrorCode::InvalidArgument, format!("node {id} is not a configured data node")))
     }
 
     /// The data node that should be primary of `partition` when its whole group is up: the
@@ -222,9 +202,7 @@ impl Model {
             .map(|n| n.id)
             .collect();
         let groups = self.config.as_ref()?.node_groups().max(1);
-        members
-            .get(((partition.partition / groups) as usize) % members.len().max(1))
-            .copied()
+        members.get(((partition.partition / groups) as usize) % members.len().max(1)).copied()
     }
 
     fn join(&mut self, nodes: Vec<JoinInfo>) -> CommandResult {
@@ -248,23 +226,11 @@ impl Model {
             node.pid = j.pid;
             node.incarnation = j.incarnation;
             let group = node.node_group;
-            let live_group = self
-                .cluster
-                .partitions
-                .iter()
-                .any(|p| p.node_group == group && p.primary.is_some());
+            let live_group = self.cluster.partitions.iter().any(|p| p.node_group == group && p.primary.is_some());
             if live_group {
-                for p in self
-                    .cluster
-                    .partitions
-                    .iter_mut()
-                    .filter(|p| p.node_group == group)
-                {
+                for p in self.cluster.partitions.iter_mut().filter(|p| p.node_group == group) {
                     if p.primary.is_some() {
-                        p.replicas.push(Replica {
-                            node_id: j.id,
-                            syncing: true,
-                        });
+                        p.replicas.push(Replica { node_id: j.id, syncing: true });
                     }
                 }
                 let node = self.node_mut(j.id)?;
@@ -290,11 +256,7 @@ impl Model {
                 .cluster
                 .nodes
                 .iter()
-                .filter(|n| {
-                    n.kind == NodeKind::DataNode
-                        && n.node_group == p.node_group
-                        && n.state == NodeState::Up
-                })
+                .filter(|n| n.kind == NodeKind::DataNode && n.node_group == p.node_group && n.state == NodeState::Up)
                 .map(|n| n.id)
                 .collect();
             if up.is_empty() {
@@ -304,13 +266,7 @@ impl Model {
             let p = &mut self.cluster.partitions[i];
             p.primary = Some(preferred.unwrap_or(up[(p.partition as usize) % up.len()]));
             p.primary_term = 0; // stamped with the new epoch in apply()
-            p.replicas = up
-                .iter()
-                .map(|&node_id| Replica {
-                    node_id,
-                    syncing: false,
-                })
-                .collect();
+            p.replicas = up.iter().map(|&node_id| Replica { node_id, syncing: false }).collect();
         }
     }
 
@@ -318,16 +274,10 @@ impl Model {
         self.config()?;
         let node = self.node_mut(id)?;
         if node.state != NodeState::Starting || node.incarnation != incarnation {
-            return Err(err(
-                ErrorCode::StaleEpoch,
-                format!("node {id} is not starting in that incarnation"),
-            ));
+            return Err(err(ErrorCode::StaleEpoch, format!("node {id} is not starting in that incarnation")));
         }
         if node.sync_epoch != sync_epoch {
-            return Err(err(
-                ErrorCode::StaleEpoch,
-                format!("node {id}: sync of epoch {sync_epoch} was superseded"),
-            ));
+            return Err(err(ErrorCode::StaleEpoch, format!("node {id}: sync of epoch {sync_epoch} was superseded")));
         }
         node.state = NodeState::Up;
         node.sync_epoch = 0;
@@ -367,12 +317,7 @@ impl Model {
             .nodes
             .iter()
             .filter(|n| n.state == NodeState::Starting)
-            .filter(|n| {
-                self.cluster
-                    .partitions
-                    .iter()
-                    .any(|p| p.node_group == n.node_group && p.primary.is_none())
-            })
+            .filter(|n| self.cluster.partitions.iter().any(|p| p.node_group == n.node_group && p.primary.is_none()))
             .map(|n| n.id)
             .collect();
         for n in stranded {
@@ -385,49 +330,26 @@ impl Model {
         let partition_count = self.config()?.partition_count();
         if let Some(t) = self.cluster.table(&spec.name) {
             if if_not_exists {
-                return Ok(Outcome {
-                    epoch: 0,
-                    table: Some(t.clone()),
-                });
+                return Ok(Outcome { epoch: 0, table: Some(t.clone()) });
             }
-            return Err(err(
-                ErrorCode::TableExists,
-                format!("table {} already exists", spec.name),
-            ));
+            return Err(err(ErrorCode::TableExists, format!("table {} already exists", spec.name)));
         }
         if self.cluster.tables.len() >= MAX_TABLES {
-            return Err(err(
-                ErrorCode::TooLarge,
-                format!("the cluster holds at most {MAX_TABLES} tables"),
-            ));
+            return Err(err(ErrorCode::TooLarge, format!("the cluster holds at most {MAX_TABLES} tables")));
         }
         let (spec, hidden_pk) = spec.normalize()?;
-        let table = Table {
-            id: self.next_table_id,
-            spec,
-            partition_count,
-            schema_version: 1,
-            hidden_pk,
-        };
+        let table = Table { id: self.next_table_id, spec, partition_count, schema_version: 1, hidden_pk };
         self.next_table_id += 1;
         self.cluster.tables.push(table.clone());
-        Ok(Outcome {
-            epoch: 0,
-            table: Some(table),
-        })
+        Ok(Outcome { epoch: 0, table: Some(table) })
     }
 
     fn drop_table(&mut self, name: &str, if_exists: bool) -> CommandResult {
         self.config()?;
         let before = self.cluster.tables.len();
-        self.cluster
-            .tables
-            .retain(|t| !t.spec.name.eq_ignore_ascii_case(name));
+        self.cluster.tables.retain(|t| !t.spec.name.eq_ignore_ascii_case(name));
         if self.cluster.tables.len() == before && !if_exists {
-            return Err(err(
-                ErrorCode::NoSuchTable,
-                format!("table {name} does not exist"),
-            ));
+            return Err(err(ErrorCode::NoSuchTable, format!("table {name} does not exist")));
         }
         Ok(Outcome::default())
     }
@@ -462,30 +384,18 @@ mod tests {
                 lease_ms: 600,
                 failure_timeout_ms: 1000,
             },
-            mgmd: vec![MgmdConfig {
-                id: 1,
-                addr: "127.0.0.1:7001".into(),
-                data_dir: "m1".into(),
-            }],
+            mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:7001".into(), data_dir: "m1".into() }],
             datanode,
         }
     }
 
     fn join(id: NodeId, inc: u64) -> JoinInfo {
-        JoinInfo {
-            id,
-            addr: format!("127.0.0.1:{}", 7000 + id),
-            pid: 1,
-            incarnation: inc,
-        }
+        JoinInfo { id, addr: format!("127.0.0.1:{}", 7000 + id), pid: 1, incarnation: inc }
     }
 
     fn started(groups: u32, replicas: u32) -> Model {
         let mut m = Model::default();
-        m.apply(Command::Bootstrap {
-            config: config(groups, replicas),
-        })
-        .unwrap();
+        m.apply(Command::Bootstrap { config: config(groups, replicas) }).unwrap();
         let nodes = (0..groups * replicas).map(|i| join(11 + i, 1)).collect();
         m.apply(Command::Join { nodes }).unwrap();
         m
@@ -516,12 +426,7 @@ mod tests {
         check(&m);
         assert_eq!(m.cluster.partitions.len(), 8);
         for node in 11..15 {
-            let n = m
-                .cluster
-                .partitions
-                .iter()
-                .filter(|p| p.primary == Some(node))
-                .count();
+            let n = m.cluster.partitions.iter().filter(|p| p.primary == Some(node)).count();
             assert_eq!(n, 2, "node {node} should be primary of 2 of 8 partitions");
         }
         assert!(m.cluster.partitions.iter().all(|p| p.replicas.len() == 2));
@@ -531,13 +436,7 @@ mod tests {
     fn failure_promotes_backup_with_new_term() {
         let mut m = started(1, 2);
         let e0 = m.cluster.epoch;
-        let out = m
-            .apply(Command::Down {
-                id: 11,
-                incarnation: 1,
-                reason: "test".into(),
-            })
-            .unwrap();
+        let out = m.apply(Command::Down { id: 11, incarnation: 1, reason: "test".into() }).unwrap();
         check(&m);
         assert_eq!(out.epoch, e0 + 1);
         for p in &m.cluster.partitions {
@@ -545,86 +444,35 @@ mod tests {
             assert_eq!(p.replicas.len(), 1);
         }
         // Partitions that 12 already led keep their term; taken-over ones get the new epoch.
-        assert!(m
-            .cluster
-            .partitions
-            .iter()
-            .any(|p| p.primary_term == e0 + 1));
+        assert!(m.cluster.partitions.iter().any(|p| p.primary_term == e0 + 1));
         assert!(m.cluster.partitions.iter().any(|p| p.primary_term == e0));
         // A duplicate report changes nothing and does not raise the epoch.
-        let out = m
-            .apply(Command::Down {
-                id: 11,
-                incarnation: 1,
-                reason: "again".into(),
-            })
-            .unwrap();
+        let out = m.apply(Command::Down { id: 11, incarnation: 1, reason: "again".into() }).unwrap();
         assert_eq!(out.epoch, e0 + 1);
     }
 
     #[test]
     fn rejoin_syncs_before_serving() {
         let mut m = started(1, 2);
-        m.apply(Command::Down {
-            id: 11,
-            incarnation: 1,
-            reason: "test".into(),
-        })
-        .unwrap();
-        let out = m
-            .apply(Command::Join {
-                nodes: vec![join(11, 2)],
-            })
-            .unwrap();
+        m.apply(Command::Down { id: 11, incarnation: 1, reason: "test".into() }).unwrap();
+        let out = m.apply(Command::Join { nodes: vec![join(11, 2)] }).unwrap();
         check(&m);
         assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Starting);
-        assert!(m
-            .cluster
-            .partitions
-            .iter()
-            .all(|p| p.replica(11).unwrap().syncing));
+        assert!(m.cluster.partitions.iter().all(|p| p.replica(11).unwrap().syncing));
         // A stale sync report is refused.
-        assert!(m
-            .apply(Command::Synced {
-                id: 11,
-                incarnation: 2,
-                sync_epoch: out.epoch - 1
-            })
-            .is_err());
-        m.apply(Command::Synced {
-            id: 11,
-            incarnation: 2,
-            sync_epoch: out.epoch,
-        })
-        .unwrap();
+        assert!(m.apply(Command::Synced { id: 11, incarnation: 2, sync_epoch: out.epoch - 1 }).is_err());
+        m.apply(Command::Synced { id: 11, incarnation: 2, sync_epoch: out.epoch }).unwrap();
         check(&m);
         assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Up);
-        assert!(m
-            .cluster
-            .partitions
-            .iter()
-            .all(|p| !p.replica(11).unwrap().syncing));
+        assert!(m.cluster.partitions.iter().all(|p| !p.replica(11).unwrap().syncing));
     }
 
     #[test]
     fn losing_the_source_restarts_a_syncing_node() {
         let mut m = started(1, 2);
-        m.apply(Command::Down {
-            id: 11,
-            incarnation: 1,
-            reason: "t".into(),
-        })
-        .unwrap();
-        m.apply(Command::Join {
-            nodes: vec![join(11, 2)],
-        })
-        .unwrap();
-        m.apply(Command::Down {
-            id: 12,
-            incarnation: 1,
-            reason: "t".into(),
-        })
-        .unwrap();
+        m.apply(Command::Down { id: 11, incarnation: 1, reason: "t".into() }).unwrap();
+        m.apply(Command::Join { nodes: vec![join(11, 2)] }).unwrap();
+        m.apply(Command::Down { id: 12, incarnation: 1, reason: "t".into() }).unwrap();
         check(&m);
         assert!(m.cluster.partitions.iter().all(|p| p.primary.is_none()));
         assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Down);
@@ -633,10 +481,7 @@ mod tests {
     #[test]
     fn restart_with_new_incarnation_is_a_failure_then_a_join() {
         let mut m = started(1, 2);
-        m.apply(Command::Join {
-            nodes: vec![join(12, 9)],
-        })
-        .unwrap();
+        m.apply(Command::Join { nodes: vec![join(12, 9)] }).unwrap();
         check(&m);
         assert_eq!(m.cluster.node(12).unwrap().state, NodeState::Starting);
         assert!(m.cluster.partitions.iter().all(|p| p.primary == Some(11)));
@@ -647,61 +492,24 @@ mod tests {
         let mut m = started(1, 2);
         let spec = TableSpec {
             name: "t".into(),
-            columns: vec![
-                Column::new("k", ColumnType::Int),
-                Column::new("v", ColumnType::Text),
-            ],
+            columns: vec![Column::new("k", ColumnType::Int), Column::new("v", ColumnType::Text)],
             primary_key: vec![0],
             partition_key: vec![],
         };
-        let out = m
-            .apply(Command::CreateTable {
-                spec: spec.clone(),
-                if_not_exists: false,
-            })
-            .unwrap();
+        let out = m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false }).unwrap();
         assert_eq!(out.table.unwrap().partition_count, 4);
-        let e = m
-            .apply(Command::CreateTable {
-                spec: spec.clone(),
-                if_not_exists: false,
-            })
-            .unwrap_err();
+        let e = m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false }).unwrap_err();
         assert_eq!(e.code, ErrorCode::TableExists);
         let epoch = m.cluster.epoch;
-        assert!(m
-            .apply(Command::CreateTable {
-                spec,
-                if_not_exists: true
-            })
-            .is_ok());
+        assert!(m.apply(Command::CreateTable { spec, if_not_exists: true }).is_ok());
         assert_eq!(m.cluster.epoch, epoch, "a no-op does not raise the epoch");
-        let e = m
-            .apply(Command::DropTable {
-                name: "nope".into(),
-                if_exists: false,
-            })
-            .unwrap_err();
+        let e = m.apply(Command::DropTable { name: "nope".into(), if_exists: false }).unwrap_err();
         assert_eq!(e.code, ErrorCode::NoSuchTable);
-        m.apply(Command::DropTable {
-            name: "T".into(),
-            if_exists: false,
-        })
-        .unwrap();
+        m.apply(Command::DropTable { name: "T".into(), if_exists: false }).unwrap();
         assert!(m.cluster.tables.is_empty());
-        let bad = TableSpec {
-            name: "".into(),
-            columns: vec![],
-            primary_key: vec![],
-            partition_key: vec![],
-        };
+        let bad = TableSpec { name: "".into(), columns: vec![], primary_key: vec![], partition_key: vec![] };
         assert_eq!(
-            m.apply(Command::CreateTable {
-                spec: bad,
-                if_not_exists: false
-            })
-            .unwrap_err()
-            .code,
+            m.apply(Command::CreateTable { spec: bad, if_not_exists: false }).unwrap_err().code,
             ErrorCode::InvalidArgument
         );
     }

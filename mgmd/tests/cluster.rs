@@ -27,14 +27,9 @@ struct TestDir(PathBuf);
 
 impl TestDir {
     fn new(tag: &str) -> TestDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let p = std::env::temp_dir().join(format!(
-            "shoal-mgmd-it-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let p = std::env::temp_dir().join(format!("shoal-mgmd-it-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&p).expect("create test dir");
         TestDir(p)
     }
@@ -58,11 +53,7 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
         },
         mgmd: mgmds
             .iter()
-            .map(|&(id, addr)| MgmdConfig {
-                id,
-                addr: addr.to_string(),
-                data_dir: format!("mgmd-{id}"),
-            })
+            .map(|&(id, addr)| MgmdConfig { id, addr: addr.to_string(), data_dir: format!("mgmd-{id}") })
             .collect(),
         datanode: [11, 12]
             .iter()
@@ -77,22 +68,14 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
     }
 }
 
-async fn start(
-    id: NodeId,
-    cfg: &ClusterConfig,
-    dir: &Path,
-    listener: TcpListener,
-    snapshot_every: u64,
-) -> Running {
+async fn start(id: NodeId, cfg: &ClusterConfig, dir: &Path, listener: TcpListener, snapshot_every: u64) -> Running {
     let mut opts = MgmdOptions::new(id, cfg.clone(), dir).expect("options");
     opts.snapshot_every_logs = snapshot_every;
     shoal_mgmd::start(opts, listener).await.expect("start mgmd")
 }
 
 async fn client(addr: SocketAddr) -> MgmdClient<Channel> {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("endpoint")
-        .connect_lazy();
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).expect("endpoint").connect_lazy();
     MgmdClient::new(ch)
 }
 
@@ -143,18 +126,8 @@ fn spec(name: &str) -> pb::TableSpec {
     pb::TableSpec {
         name: name.into(),
         columns: vec![
-            pb::Column {
-                name: "k".into(),
-                r#type: pb::ColumnType::Int as i32,
-                nullable: false,
-                max_len: 0,
-            },
-            pb::Column {
-                name: "v".into(),
-                r#type: pb::ColumnType::Text as i32,
-                nullable: true,
-                max_len: 0,
-            },
+            pb::Column { name: "k".into(), r#type: pb::ColumnType::Int as i32, nullable: false, max_len: 0 },
+            pb::Column { name: "v".into(), r#type: pb::ColumnType::Text as i32, nullable: true, max_len: 0 },
         ],
         primary_key: vec![0],
         partition_key: vec![],
@@ -165,11 +138,7 @@ fn code(e: &Option<pb::Error>) -> i32 {
     e.as_ref().map_or(0, |e| e.code)
 }
 
-async fn heartbeat(
-    addr: SocketAddr,
-    node: NodeId,
-    incarnation: u64,
-) -> Option<pb::HeartbeatResponse> {
+async fn heartbeat(addr: SocketAddr, node: NodeId, incarnation: u64) -> Option<pb::HeartbeatResponse> {
     let mut c = client(addr).await;
     let req = pb::HeartbeatRequest {
         node_id: node,
@@ -178,27 +147,17 @@ async fn heartbeat(
         pid: 1,
         epoch: 0,
     };
-    tokio::time::timeout(Duration::from_secs(1), c.heartbeat(req))
-        .await
-        .ok()?
-        .ok()
-        .map(|r| r.into_inner())
+    tokio::time::timeout(Duration::from_secs(1), c.heartbeat(req)).await.ok()?.ok().map(|r| r.into_inner())
 }
 
 /// Heartbeats `node` every 100 ms to whichever mgmd answers without error (the leader),
 /// like a live data node, until the returned sender is dropped or set.
-fn keep_alive(
-    addrs: Vec<SocketAddr>,
-    node: NodeId,
-    incarnation: u64,
-) -> tokio::sync::watch::Sender<bool> {
+fn keep_alive(addrs: Vec<SocketAddr>, node: NodeId, incarnation: u64) -> tokio::sync::watch::Sender<bool> {
     let (tx, mut rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut at = 0;
         loop {
-            let ok = heartbeat(addrs[at], node, incarnation)
-                .await
-                .is_some_and(|r| code(&r.error) == 0);
+            let ok = heartbeat(addrs[at], node, incarnation).await.is_some_and(|r| code(&r.error) == 0);
             if !ok {
                 at = (at + 1) % addrs.len();
             }
@@ -214,10 +173,7 @@ fn keep_alive(
 async fn create(addr: SocketAddr, name: &str) -> pb::AdminResponse {
     client(addr)
         .await
-        .create_table(pb::CreateTableRequest {
-            spec: Some(spec(name)),
-            if_not_exists: false,
-        })
+        .create_table(pb::CreateTableRequest { spec: Some(spec(name)), if_not_exists: false })
         .await
         .expect("rpc")
         .into_inner()
@@ -240,28 +196,15 @@ async fn three_mgmds_fail_over_and_keep_state() {
     for (i, l) in listeners.into_iter().enumerate() {
         nodes.push(Some(start(i as NodeId + 1, &cfg, &dir.0, l, 5).await));
     }
-    let addr_of = |id: NodeId| {
-        addrs
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map(|(_, a)| *a)
-            .expect("known mgmd")
-    };
+    let addr_of = |id: NodeId| addrs.iter().find(|(i, _)| *i == id).map(|(_, a)| *a).expect("known mgmd");
 
     let leader = agreed_leader(&addrs).await;
-    let follower = addrs
-        .iter()
-        .map(|(i, _)| *i)
-        .find(|&i| i != leader)
-        .expect("a follower");
+    let follower = addrs.iter().map(|(i, _)| *i).find(|&i| i != leader).expect("a follower");
 
     // Followers never forward: they name the leader.
     let resp = client(addr_of(follower))
         .await
-        .create_table(pb::CreateTableRequest {
-            spec: Some(spec("t1")),
-            if_not_exists: false,
-        })
+        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false })
         .await
         .expect("rpc")
         .into_inner();
@@ -273,64 +216,35 @@ async fn three_mgmds_fail_over_and_keep_state() {
     // The leader creates it once; domain errors come back with their codes.
     let mut lc = client(addr_of(leader)).await;
     let resp = lc
-        .create_table(pb::CreateTableRequest {
-            spec: Some(spec("t1")),
-            if_not_exists: false,
-        })
+        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&resp.error), 0, "{:?}", resp.error);
     assert_eq!(resp.table.as_ref().map(|t| t.partition_count), Some(4));
     let resp = lc
-        .create_table(pb::CreateTableRequest {
-            spec: Some(spec("t1")),
-            if_not_exists: false,
-        })
+        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&resp.error), ErrorCode::TableExists.number());
-    let resp = lc
-        .create_table(pb::CreateTableRequest {
-            spec: None,
-            if_not_exists: false,
-        })
-        .await
-        .expect("rpc")
-        .into_inner();
+    let resp =
+        lc.create_table(pb::CreateTableRequest { spec: None, if_not_exists: false }).await.expect("rpc").into_inner();
     assert_eq!(code(&resp.error), ErrorCode::InvalidArgument.number());
     let mut bad = spec("t2");
     bad.columns[0].r#type = 99;
     let resp = lc
-        .create_table(pb::CreateTableRequest {
-            spec: Some(bad),
-            if_not_exists: false,
-        })
+        .create_table(pb::CreateTableRequest { spec: Some(bad), if_not_exists: false })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&resp.error), ErrorCode::InvalidArgument.number());
-    let resp = lc
-        .drop_table(pb::DropTableRequest {
-            name: "nope".into(),
-            if_exists: false,
-        })
-        .await
-        .expect("rpc")
-        .into_inner();
+    let resp =
+        lc.drop_table(pb::DropTableRequest { name: "nope".into(), if_exists: false }).await.expect("rpc").into_inner();
     assert_eq!(code(&resp.error), ErrorCode::NoSuchTable.number());
-    let hb = heartbeat(addr_of(leader), 99, 1)
-        .await
-        .expect("heartbeat rpc");
-    assert_eq!(
-        code(&hb.error),
-        ErrorCode::InvalidArgument.number(),
-        "unknown data node"
-    );
-    let hb = heartbeat(addr_of(follower), 11, 1)
-        .await
-        .expect("heartbeat rpc");
+    let hb = heartbeat(addr_of(leader), 99, 1).await.expect("heartbeat rpc");
+    assert_eq!(code(&hb.error), ErrorCode::InvalidArgument.number(), "unknown data node");
+    let hb = heartbeat(addr_of(follower), 11, 1).await.expect("heartbeat rpc");
     assert_eq!(code(&hb.error), ErrorCode::NotLeader.number());
 
     // A watcher on a follower sees the current map first.
@@ -340,9 +254,7 @@ async fn three_mgmds_fail_over_and_keep_state() {
         .await
         .expect("watch")
         .into_inner();
-    let first = tokio::time::timeout(Duration::from_secs(5), watch.message())
-        .await
-        .expect("first map in time");
+    let first = tokio::time::timeout(Duration::from_secs(5), watch.message()).await.expect("first map in time");
     let first = first.expect("stream ok").expect("a map");
     assert!(first.epoch >= 1);
 
@@ -352,57 +264,33 @@ async fn three_mgmds_fail_over_and_keep_state() {
         let a = heartbeat(addr_of(leader), 11, 1).await?;
         let b = heartbeat(addr_of(leader), 12, 1).await?;
         let up = pb::NodeState::Up as i32;
-        (a.state == up && b.state == up && a.lease_ms == 600 && b.lease_ms == 600)
-            .then_some(b.epoch)
+        (a.state == up && b.state == up && a.lease_ms == 600 && b.lease_ms == 600).then_some(b.epoch)
     })
     .await;
     let s = state(addr_of(follower)).await.expect("state");
     assert!(s.epoch >= joined);
     for n in [11, 12] {
-        assert!(
-            s.partitions.iter().any(|p| p.primary == n),
-            "node {n} leads some partitions: {:?}",
-            s.partitions
-        );
+        assert!(s.partitions.iter().any(|p| p.primary == n), "node {n} leads some partitions: {:?}", s.partitions);
     }
     // The watcher hears about the join.
-    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
-        .await
-        .expect("next map in time");
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message()).await.expect("next map in time");
     assert!(next.expect("stream ok").expect("a map").epoch > first.epoch);
 
     // Status names the leader and this node's raft position.
-    let st = client(addr_of(follower))
-        .await
-        .status(pb::Empty {})
-        .await
-        .expect("status")
-        .into_inner();
+    let st = client(addr_of(follower)).await.status(pb::Empty {}).await.expect("status").into_inner();
     assert_eq!(st.mgmds.len(), 3);
     assert!(st.mgmds.iter().any(|m| m.id == leader && m.leader));
-    assert!(st
-        .mgmds
-        .iter()
-        .any(|m| m.id == follower && m.raft_term > 0 && m.last_applied > 0));
+    assert!(st.mgmds.iter().any(|m| m.id == follower && m.raft_term > 0 && m.last_applied > 0));
 
     // Kill the leader. The other two elect a new one, which keeps the state, treats both data
     // nodes as just seen, and then declares the silent one (11) down and promotes 12.
     let old = nodes[(leader - 1) as usize].take().expect("running leader");
     old.shutdown().await.expect("shut down leader");
-    let rest: Vec<(NodeId, SocketAddr)> = addrs
-        .iter()
-        .copied()
-        .filter(|(i, _)| *i != leader)
-        .collect();
+    let rest: Vec<(NodeId, SocketAddr)> = addrs.iter().copied().filter(|(i, _)| *i != leader).collect();
     let new_leader = agreed_leader(&rest).await;
     assert_ne!(new_leader, leader);
     let s = state(addr_of(new_leader)).await.expect("state");
-    assert!(
-        s.tables
-            .iter()
-            .any(|t| t.spec.as_ref().is_some_and(|sp| sp.name == "t1")),
-        "table survives failover"
-    );
+    assert!(s.tables.iter().any(|t| t.spec.as_ref().is_some_and(|sp| sp.name == "t1")), "table survives failover");
 
     let alive_12 = keep_alive(rest.iter().map(|(_, a)| *a).collect(), 12, 1);
     let nl = addr_of(new_leader);
@@ -412,16 +300,9 @@ async fn three_mgmds_fail_over_and_keep_state() {
         (n11.state == pb::NodeState::Down as i32).then_some(s)
     })
     .await;
-    assert!(
-        after.partitions.iter().all(|p| p.primary == 12),
-        "12 took over every partition"
-    );
+    assert!(after.partitions.iter().all(|p| p.primary == 12), "12 took over every partition");
     let hb = heartbeat(nl, 12, 1).await.expect("heartbeat rpc");
-    assert_eq!(
-        (code(&hb.error), hb.lease_ms),
-        (0, 600),
-        "the new leader grants leases"
-    );
+    assert_eq!((code(&hb.error), hb.lease_ms), (0, 600), "the new leader grants leases");
 
     // 11 restarts (new incarnation): it joins the live group as a syncing replica, reports
     // synced, and is up; then a peer reports it failed and it goes down again.
@@ -431,53 +312,36 @@ async fn three_mgmds_fail_over_and_keep_state() {
     })
     .await;
     let s = state(nl).await.expect("state");
-    assert!(s
-        .partitions
-        .iter()
-        .all(|p| p.replicas.iter().any(|r| r.node_id == 11 && r.syncing)));
+    assert!(s.partitions.iter().all(|p| p.replicas.iter().any(|r| r.node_id == 11 && r.syncing)));
     let mut c = client(nl).await;
     let stale = c
-        .node_synced(pb::NodeSyncedRequest {
-            node_id: 11,
-            incarnation: 2,
-            sync_epoch: starting - 1,
-        })
+        .node_synced(pb::NodeSyncedRequest { node_id: 11, incarnation: 2, sync_epoch: starting - 1 })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&stale.error), ErrorCode::StaleEpoch.number());
     let synced = c
-        .node_synced(pb::NodeSyncedRequest {
-            node_id: 11,
-            incarnation: 2,
-            sync_epoch: starting,
-        })
+        .node_synced(pb::NodeSyncedRequest { node_id: 11, incarnation: 2, sync_epoch: starting })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&synced.error), 0, "{:?}", synced.error);
-    let hb = heartbeat(nl, 11, 2).await.expect("heartbeat rpc");
-    assert_eq!(hb.state, pb::NodeState::Up as i32);
+    // Up, and holding a fresh lease the report below has to wait out.
+    wait_for("node 11 up with a lease", || async {
+        let hb = heartbeat(nl, 11, 2).await?;
+        (hb.state == pb::NodeState::Up as i32 && hb.lease_ms == 600).then_some(())
+    })
+    .await;
     let t0 = Instant::now();
     let reported = c
-        .report_failure(pb::ReportFailureRequest {
-            reporter: 12,
-            node_id: 11,
-            reason: "replication timed out".into(),
-        })
+        .report_failure(pb::ReportFailureRequest { reporter: 12, node_id: 11, reason: "replication timed out".into() })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&reported.error), 0, "{:?}", reported.error);
-    assert!(
-        t0.elapsed() >= Duration::from_millis(500),
-        "waited for the lease it just got to run out"
-    );
+    assert!(t0.elapsed() >= Duration::from_millis(500), "waited for the lease it just got to run out");
     let s = state(nl).await.expect("state");
-    assert_eq!(
-        s.nodes.iter().find(|n| n.id == 11).map(|n| n.state),
-        Some(pb::NodeState::Down as i32)
-    );
+    assert_eq!(s.nodes.iter().find(|n| n.id == 11).map(|n| n.state), Some(pb::NodeState::Down as i32));
 
     // More changes while the old leader is away: its log falls behind the others' snapshots.
     for i in 0..12 {
@@ -487,9 +351,7 @@ async fn three_mgmds_fail_over_and_keep_state() {
     let latest = state(nl).await.expect("state");
 
     // The old leader restarts from its data dir and catches up with the new epoch.
-    let l = TcpListener::bind(addr_of(leader))
-        .await
-        .expect("rebind the old leader's port");
+    let l = TcpListener::bind(addr_of(leader)).await.expect("rebind the old leader's port");
     nodes[(leader - 1) as usize] = Some(start(leader, &cfg, &dir.0, l, 5).await);
     let caught_up = wait_for("the restarted mgmd catching up", || async {
         let s = state(addr_of(leader)).await?;
@@ -503,10 +365,8 @@ async fn three_mgmds_fail_over_and_keep_state() {
         n.shutdown().await.expect("shut down");
     }
     // The watch stream ends (cleanly or as a broken connection) once its mgmd stops.
-    let end = tokio::time::timeout(Duration::from_secs(5), async {
-        while let Ok(Some(_)) = watch.message().await {}
-    })
-    .await;
+    let end =
+        tokio::time::timeout(Duration::from_secs(5), async { while let Ok(Some(_)) = watch.message().await {} }).await;
     assert!(end.is_ok(), "watch stream must end on shutdown");
 }
 
@@ -523,10 +383,7 @@ async fn single_mgmd_restarts_from_snapshot_and_log() {
     let mut c = client(addr).await;
     for i in 0..20 {
         let resp = c
-            .create_table(pb::CreateTableRequest {
-                spec: Some(spec(&format!("t{i}"))),
-                if_not_exists: false,
-            })
+            .create_table(pb::CreateTableRequest { spec: Some(spec(&format!("t{i}"))), if_not_exists: false })
             .await
             .expect("rpc")
             .into_inner();
@@ -535,10 +392,7 @@ async fn single_mgmd_restarts_from_snapshot_and_log() {
     let before = state(addr).await.expect("state");
     assert_eq!(before.tables.len(), 20);
     running.shutdown().await.expect("shut down");
-    assert!(
-        dir.0.join("mgmd-1").join("raft-snapshot").exists(),
-        "a snapshot was written"
-    );
+    assert!(dir.0.join("mgmd-1").join("raft-snapshot").exists(), "a snapshot was written");
 
     // A second mgmd on the same data dir is refused while the first runs.
     let l = TcpListener::bind(addr).await.expect("rebind");
@@ -546,10 +400,7 @@ async fn single_mgmd_restarts_from_snapshot_and_log() {
     let l2 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let mut opts = MgmdOptions::new(1, cfg.clone(), &dir.0).expect("options");
     opts.snapshot_every_logs = 5;
-    let e = shoal_mgmd::start(opts, l2)
-        .await
-        .err()
-        .expect("second mgmd on one dir must fail");
+    let e = shoal_mgmd::start(opts, l2).await.err().expect("second mgmd on one dir must fail");
     assert!(e.to_string().contains("in use"), "{e}");
 
     let after = wait_for("state restored after restart", || async {
@@ -558,10 +409,7 @@ async fn single_mgmd_restarts_from_snapshot_and_log() {
     })
     .await;
     let names = |s: &pb::ClusterState| -> Vec<String> {
-        s.tables
-            .iter()
-            .filter_map(|t| t.spec.as_ref().map(|sp| sp.name.clone()))
-            .collect()
+        s.tables.iter().filter_map(|t| t.spec.as_ref().map(|sp| sp.name.clone())).collect()
     };
     assert_eq!(names(&after), names(&before));
     running.shutdown().await.expect("shut down");

@@ -31,20 +31,12 @@ pub enum FileError {
         source: io::Error,
     },
     #[error("corrupt file {}: {reason} at byte {offset}", path.display())]
-    Corrupt {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
+    Corrupt { path: PathBuf, offset: u64, reason: String },
 }
 
 impl FileError {
     pub fn io(what: &'static str, path: &Path, source: io::Error) -> FileError {
-        FileError::Io {
-            what,
-            path: path.to_path_buf(),
-            source,
-        }
+        FileError::Io { what, path: path.to_path_buf(), source }
     }
 }
 
@@ -116,19 +108,11 @@ pub fn scan_frames<'a>(path: &Path, buf: &'a [u8]) -> Result<Scan<'a>, FileError
                         ),
                     });
                 }
-                return Ok(Scan {
-                    payloads,
-                    valid_len: pos,
-                    tail_reason: Some(reason),
-                });
+                return Ok(Scan { payloads, valid_len: pos, tail_reason: Some(reason) });
             }
         }
     }
-    Ok(Scan {
-        payloads,
-        valid_len: pos,
-        tail_reason: None,
-    })
+    Ok(Scan { payloads, valid_len: pos, tail_reason: None })
 }
 
 /// Offset of the first position in `buf` where an intact frame starts. Our payloads are JSON
@@ -159,11 +143,7 @@ pub fn read_whole(path: &Path) -> Result<Option<Vec<Vec<u8>>>, FileError> {
         pos += n;
     }
     if out.is_empty() {
-        return Err(FileError::Corrupt {
-            path: path.to_path_buf(),
-            offset: 0,
-            reason: "empty file".into(),
-        });
+        return Err(FileError::Corrupt { path: path.to_path_buf(), offset: 0, reason: "empty file".into() });
     }
     Ok(Some(out))
 }
@@ -174,8 +154,7 @@ pub fn read_whole(path: &Path) -> Result<Option<Vec<Vec<u8>>>, FileError> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     let tmp = tmp_path(path);
     let mut f = File::create(&tmp).map_err(|e| FileError::io("create", &tmp, e))?;
-    f.write_all(bytes)
-        .map_err(|e| FileError::io("write", &tmp, e))?;
+    f.write_all(bytes).map_err(|e| FileError::io("write", &tmp, e))?;
     f.sync_all().map_err(|e| FileError::io("fsync", &tmp, e))?;
     drop(f);
     fs::rename(&tmp, path).map_err(|e| FileError::io("rename into place", path, e))?;
@@ -192,10 +171,7 @@ pub fn write_frames_atomic(path: &Path, payloads: &[&[u8]]) -> Result<(), FileEr
 }
 
 pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".tmp");
     path.with_file_name(name)
 }
@@ -206,19 +182,12 @@ pub fn sync_dir(path: &Path) -> Result<(), FileError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| FileError::io("fsync directory", dir, e))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| FileError::io("fsync directory", dir, e))
 }
 
 /// Opens `path` for appending, creating it if needed.
 pub fn open_append(path: &Path) -> Result<File, FileError> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .read(true)
-        .open(path)
-        .map_err(|e| FileError::io("open", path, e))
+    OpenOptions::new().create(true).append(true).read(true).open(path).map_err(|e| FileError::io("open", path, e))
 }
 
 #[cfg(test)]
@@ -306,10 +275,7 @@ mod tests {
         buf.extend_from_slice(&frames(&[b"{\"b\":2}"]));
         let e = scan_frames(Path::new("log"), &buf).unwrap_err();
         let msg = e.to_string();
-        assert!(
-            msg.contains("log") && msg.contains(&format!("byte {}", a.len())),
-            "{msg}"
-        );
+        assert!(msg.contains("log") && msg.contains(&format!("byte {}", a.len())), "{msg}");
         // A flipped bit inside a middle record is caught by its checksum.
         let mut buf = frames(&[b"{\"a\":1}", b"{\"b\":2}", b"{\"c\":3}"]);
         buf[a.len() + FRAME_HEADER_BYTES + 2] ^= 0x40;
@@ -322,10 +288,7 @@ mod tests {
         let p = dir.path().join("vote");
         assert!(read_whole(&p).unwrap().is_none());
         write_frames_atomic(&p, &[b"{\"v\":1}"]).unwrap();
-        assert_eq!(
-            read_whole(&p).unwrap().unwrap(),
-            vec![b"{\"v\":1}".to_vec()]
-        );
+        assert_eq!(read_whole(&p).unwrap().unwrap(), vec![b"{\"v\":1}".to_vec()]);
         assert!(!tmp_path(&p).exists());
         let mut bytes = fs::read(&p).unwrap();
         let last = bytes.len() - 1;

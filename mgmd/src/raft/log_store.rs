@@ -80,21 +80,13 @@ impl Mem {
 
     fn purge(&mut self, upto: LogId) {
         self.entries = self.entries.split_off(&(upto.index + 1));
-        if self
-            .last_purged
-            .as_ref()
-            .is_none_or(|p| p.index < upto.index)
-        {
+        if self.last_purged.as_ref().is_none_or(|p| p.index < upto.index) {
             self.last_purged = Some(upto);
         }
     }
 
     fn last_log_id(&self) -> Option<LogId> {
-        self.entries
-            .values()
-            .next_back()
-            .map(|(e, _)| e.log_id)
-            .or(self.last_purged)
+        self.entries.values().next_back().map(|(e, _)| e.log_id).or(self.last_purged)
     }
 
     fn live_bytes(&self) -> u64 {
@@ -111,14 +103,10 @@ struct LogFile {
 
 impl LogFile {
     fn append(&mut self, buf: &[u8], sync: bool) -> Result<(), FileError> {
-        self.file
-            .write_all(buf)
-            .map_err(|e| FileError::io("append to", &self.path, e))?;
+        self.file.write_all(buf).map_err(|e| FileError::io("append to", &self.path, e))?;
         self.len += buf.len() as u64;
         if sync {
-            self.file
-                .sync_data()
-                .map_err(|e| FileError::io("fsync", &self.path, e))?;
+            self.file.sync_data().map_err(|e| FileError::io("fsync", &self.path, e))?;
         }
         Ok(())
     }
@@ -154,11 +142,7 @@ fn frame(payload: &impl Serialize) -> Result<Vec<u8>, serde_json::Error> {
 }
 
 fn corrupt(path: &Path, offset: u64, reason: String) -> FileError {
-    FileError::Corrupt {
-        path: path.to_path_buf(),
-        offset,
-        reason,
-    }
+    FileError::Corrupt { path: path.to_path_buf(), offset, reason }
 }
 
 impl LogStore {
@@ -203,13 +187,11 @@ impl LogStore {
                 valid_bytes = scan.valid_len,
                 "raft log ends in a torn record ({reason}); cutting off {dropped} bytes"
             );
-            f.set_len(scan.valid_len as u64)
-                .map_err(|e| FileError::io("truncate", &path, e))?;
+            f.set_len(scan.valid_len as u64).map_err(|e| FileError::io("truncate", &path, e))?;
             f.sync_all().map_err(|e| FileError::io("fsync", &path, e))?;
         }
         // O_APPEND writes go to the end regardless; the seek keeps `len` and the cursor honest.
-        f.seek(SeekFrom::End(0))
-            .map_err(|e| FileError::io("seek", &path, e))?;
+        f.seek(SeekFrom::End(0)).map_err(|e| FileError::io("seek", &path, e))?;
         file::sync_dir(&path)?;
 
         tracing::info!(
@@ -222,11 +204,7 @@ impl LogStore {
         );
         Ok(LogStore {
             mem: Arc::new(RwLock::new(mem)),
-            file: Arc::new(Mutex::new(LogFile {
-                path,
-                file: f,
-                len: scan.valid_len as u64,
-            })),
+            file: Arc::new(Mutex::new(LogFile { path, file: f, len: scan.valid_len as u64 })),
             vote_path,
             vote,
             compact_min_bytes: COMPACT_MIN_FILE_BYTES,
@@ -282,24 +260,14 @@ impl LogStore {
             live_records().map_err(|e| StorageIOError::write_logs(&e))?
         };
         let new_len = buf.len();
-        self.with_file(move |f| f.replace(&buf))
-            .await
-            .map_err(|e| StorageIOError::write_logs(&e))?;
-        tracing::info!(
-            from_bytes = file_len,
-            to_bytes = new_len,
-            "compacted raft log"
-        );
+        self.with_file(move |f| f.replace(&buf)).await.map_err(|e| StorageIOError::write_logs(&e))?;
+        tracing::info!(from_bytes = file_len, to_bytes = new_len, "compacted raft log");
         Ok(())
     }
 }
 
 fn read_range<RB: RangeBounds<u64>>(mem: &RwLock<Mem>, range: RB) -> Vec<Entry> {
-    mem.read()
-        .entries
-        .range(range)
-        .map(|(_, (e, _))| e.clone())
-        .collect()
+    mem.read().entries.range(range).map(|(_, (e, _))| e.clone()).collect()
 }
 
 impl RaftLogReader<TypeConfig> for LogReader {
@@ -325,16 +293,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let mem = self.mem.read();
-        Ok(LogState {
-            last_purged_log_id: mem.last_purged,
-            last_log_id: mem.last_log_id(),
-        })
+        Ok(LogState { last_purged_log_id: mem.last_purged, last_log_id: mem.last_log_id() })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
-        LogReader {
-            mem: self.mem.clone(),
-        }
+        LogReader { mem: self.mem.clone() }
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
@@ -355,12 +318,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// Not fsynced on its own: it rides along with the next append's fsync. Losing it in a
     /// crash only means replaying a little less on restart, never anything wrong.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        let buf = frame(&RecordRef::Committed(committed.as_ref()))
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        let buf = frame(&RecordRef::Committed(committed.as_ref())).map_err(|e| StorageIOError::write_logs(&e))?;
         self.mem.write().committed = committed;
-        self.write(buf, false)
-            .await
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.write(buf, false).await.map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 
@@ -368,11 +328,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.mem.read().committed)
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -380,8 +336,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut buf = Vec::new();
         let mut framed = Vec::new();
         for e in entries {
-            let f = frame(&RecordRef::Append(&e))
-                .map_err(|err| StorageIOError::write_log_entry(e.log_id, &err))?;
+            let f = frame(&RecordRef::Append(&e)).map_err(|err| StorageIOError::write_log_entry(e.log_id, &err))?;
             buf.extend_from_slice(&f);
             framed.push((e, f.len() as u64));
         }
@@ -389,8 +344,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let mut mem = self.mem.write();
             for (e, n) in framed {
                 debug_assert!(
-                    mem.last_log_id()
-                        .is_none_or(|l| l.index + 1 == e.log_id.index),
+                    mem.last_log_id().is_none_or(|l| l.index + 1 == e.log_id.index),
                     "log append must be contiguous"
                 );
                 mem.entries.insert(e.log_id.index, (e, n));
@@ -410,12 +364,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::info!(from = %log_id, "truncating raft log");
-        let buf = frame(&RecordRef::Truncate(log_id.index))
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        let buf = frame(&RecordRef::Truncate(log_id.index)).map_err(|e| StorageIOError::write_logs(&e))?;
         self.mem.write().entries.split_off(&log_id.index);
-        self.write(buf, true)
-            .await
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.write(buf, true).await.map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 
@@ -423,9 +374,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         tracing::debug!(upto = %log_id, "purging raft log");
         let buf = frame(&RecordRef::Purge(&log_id)).map_err(|e| StorageIOError::write_logs(&e))?;
         self.mem.write().purge(log_id);
-        self.write(buf, true)
-            .await
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.write(buf, true).await.map_err(|e| StorageIOError::write_logs(&e))?;
         self.maybe_compact().await
     }
 }
@@ -443,24 +392,12 @@ mod tests {
     }
 
     fn entry(term: u64, index: u64) -> Entry {
-        let cmd = Command::DropTable {
-            name: format!("t{index}"),
-            if_exists: true,
-        };
-        Entry {
-            log_id: log_id(term, index),
-            payload: EntryPayload::Normal(cmd),
-        }
+        let cmd = Command::DropTable { name: format!("t{index}"), if_exists: true };
+        Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(cmd) }
     }
 
     async fn all(store: &mut LogStore) -> Vec<u64> {
-        store
-            .try_get_log_entries(..)
-            .await
-            .unwrap()
-            .iter()
-            .map(|e| e.log_id.index)
-            .collect()
+        store.try_get_log_entries(..).await.unwrap().iter().map(|e| e.log_id.index).collect()
     }
 
     #[tokio::test]
@@ -469,16 +406,10 @@ mod tests {
         {
             let mut s = LogStore::open(dir.path()).unwrap();
             assert!(s.read_vote().await.unwrap().is_none());
-            s.blocking_append((1..=5).map(|i| entry(1, i)))
-                .await
-                .unwrap();
-            s.blocking_append((6..=8).map(|i| entry(1, i)))
-                .await
-                .unwrap();
+            s.blocking_append((1..=5).map(|i| entry(1, i))).await.unwrap();
+            s.blocking_append((6..=8).map(|i| entry(1, i))).await.unwrap();
             s.truncate(log_id(1, 7)).await.unwrap();
-            s.blocking_append((7..=9).map(|i| entry(2, i)))
-                .await
-                .unwrap();
+            s.blocking_append((7..=9).map(|i| entry(2, i))).await.unwrap();
             s.purge(log_id(1, 2)).await.unwrap();
             s.save_committed(Some(log_id(2, 8))).await.unwrap();
             s.save_vote(&Vote::new(2, 1)).await.unwrap();
@@ -486,11 +417,7 @@ mod tests {
         let mut s = LogStore::open(dir.path()).unwrap();
         assert_eq!(all(&mut s).await, vec![3, 4, 5, 6, 7, 8, 9]);
         let e = s.try_get_log_entries(7..8).await.unwrap();
-        assert_eq!(
-            e[0].log_id,
-            log_id(2, 7),
-            "the truncated entry was replaced"
-        );
+        assert_eq!(e[0].log_id, log_id(2, 7), "the truncated entry was replaced");
         let st = s.get_log_state().await.unwrap();
         assert_eq!(st.last_purged_log_id, Some(log_id(1, 2)));
         assert_eq!(st.last_log_id, Some(log_id(2, 9)));
@@ -508,27 +435,18 @@ mod tests {
         let path = dir.path().join(LOG_FILE);
         {
             let mut s = LogStore::open(dir.path()).unwrap();
-            s.blocking_append((1..=3).map(|i| entry(1, i)))
-                .await
-                .unwrap();
+            s.blocking_append((1..=3).map(|i| entry(1, i))).await.unwrap();
         }
         let whole = std::fs::metadata(&path).unwrap().len();
         // A crash in the middle of the next append: half a frame reaches the disk.
         let half = frame(&RecordRef::Append(&entry(1, 4))).unwrap();
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&half[..half.len() / 2]).unwrap();
         drop(f);
         {
             let mut s = LogStore::open(dir.path()).unwrap();
             assert_eq!(all(&mut s).await, vec![1, 2, 3]);
-            assert_eq!(
-                std::fs::metadata(&path).unwrap().len(),
-                whole,
-                "the torn bytes are cut off"
-            );
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), whole, "the torn bytes are cut off");
             // Appends after the cut land on a clean boundary.
             s.blocking_append([entry(1, 4)]).await.unwrap();
         }
@@ -542,18 +460,13 @@ mod tests {
         let path = dir.path().join(LOG_FILE);
         {
             let mut s = LogStore::open(dir.path()).unwrap();
-            s.blocking_append((1..=3).map(|i| entry(1, i)))
-                .await
-                .unwrap();
+            s.blocking_append((1..=3).map(|i| entry(1, i))).await.unwrap();
         }
         let mut bytes = std::fs::read(&path).unwrap();
         let first = frame(&RecordRef::Append(&entry(1, 1))).unwrap().len();
         bytes[first + file::FRAME_HEADER_BYTES + 3] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        let e = LogStore::open(dir.path())
-            .err()
-            .expect("open must fail")
-            .to_string();
+        let e = LogStore::open(dir.path()).err().expect("open must fail").to_string();
         assert!(e.contains(LOG_FILE) && e.contains("checksum"), "{e}");
     }
 
@@ -568,10 +481,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[file::FRAME_HEADER_BYTES] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let e = LogStore::open(dir.path())
-            .err()
-            .expect("open must fail")
-            .to_string();
+        let e = LogStore::open(dir.path()).err().expect("open must fail").to_string();
         assert!(e.contains(VOTE_FILE), "{e}");
     }
 
@@ -579,26 +489,16 @@ mod tests {
     async fn purge_compacts_the_file() {
         let dir = TestDir::new("log-compact");
         {
-            let mut s = LogStore::open(dir.path())
-                .unwrap()
-                .with_compact_min_bytes(4096);
+            let mut s = LogStore::open(dir.path()).unwrap().with_compact_min_bytes(4096);
             for i in 0..40 {
-                s.blocking_append((i * 10 + 1..=i * 10 + 10).map(|j| entry(1, j)))
-                    .await
-                    .unwrap();
+                s.blocking_append((i * 10 + 1..=i * 10 + 10).map(|j| entry(1, j))).await.unwrap();
             }
             let before = s.file_len();
             s.save_committed(Some(log_id(1, 400))).await.unwrap();
             s.purge(log_id(1, 390)).await.unwrap();
             let after = s.file_len();
-            assert!(
-                after * 10 < before,
-                "compaction should shrink {before} bytes, got {after}"
-            );
-            assert_eq!(
-                after,
-                std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len()
-            );
+            assert!(after * 10 < before, "compaction should shrink {before} bytes, got {after}");
+            assert_eq!(after, std::fs::metadata(dir.path().join(LOG_FILE)).unwrap().len());
             // The reopened handle appends after the rewritten records.
             s.blocking_append([entry(1, 401)]).await.unwrap();
         }

@@ -70,15 +70,7 @@ pub async fn start(
     let log = log_store::LogStore::open(dir).context("open raft log")?;
     let sm = state_machine::StateMachine::open(dir, published).context("open raft snapshot")?;
     let config = Arc::new(raft_config(cluster_name, snapshot_every_logs)?);
-    openraft::Raft::new(
-        raft_id(id),
-        config,
-        network::Network::new(raft_id(id)),
-        log,
-        sm,
-    )
-    .await
-    .context("start raft")
+    openraft::Raft::new(raft_id(id), config, network::Network::new(raft_id(id)), log, sm).await.context("start raft")
 }
 
 /// The local Raft node and what it knows.
@@ -124,11 +116,7 @@ impl Consensus {
     /// elsewhere this is NOT_LEADER with a hint, never a forward.
     pub async fn propose(&self, cmd: Command) -> CommandResult {
         let kind = cmd.kind();
-        let res = tokio::time::timeout(
-            Duration::from_millis(PROPOSE_TIMEOUT_MS),
-            self.raft.client_write(cmd),
-        )
-        .await;
+        let res = tokio::time::timeout(Duration::from_millis(PROPOSE_TIMEOUT_MS), self.raft.client_write(cmd)).await;
         match res {
             Err(_) => Err(ShoalError::new(
                 ErrorCode::Timeout,
@@ -148,9 +136,6 @@ impl Consensus {
 
     /// The configured mgmds as Raft members.
     pub fn members(&self) -> BTreeMap<u64, BasicNode> {
-        self.mgmds
-            .iter()
-            .map(|(&id, addr)| (raft_id(id), BasicNode::new(addr)))
-            .collect()
+        self.mgmds.iter().map(|(&id, addr)| (raft_id(id), BasicNode::new(addr))).collect()
     }
 }

@@ -13,13 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
-    Fatal, Infallible, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError,
-    Timeout, Unreachable,
+    Fatal, Infallible, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };
 use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
 };
 use openraft::BasicNode;
 use parking_lot::Mutex;
@@ -61,10 +60,7 @@ pub struct Network {
 
 impl Network {
     pub fn new(my_id: RaftNodeId) -> Network {
-        Network {
-            my_id,
-            channels: Arc::default(),
-        }
+        Network { my_id, channels: Arc::default() }
     }
 }
 
@@ -88,10 +84,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                         channels.insert(target, (node.addr.clone(), ch.clone()));
                         Ok(ch)
                     }
-                    Err(e) => Err(format!(
-                        "bad address {:?} for mgmd {target}: {e}",
-                        node.addr
-                    )),
+                    Err(e) => Err(format!("bad address {:?} for mgmd {target}: {e}", node.addr)),
                 },
             }
         }
@@ -100,12 +93,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES)
         });
-        PeerClient {
-            my_id: self.my_id,
-            target,
-            node: node.clone(),
-            client,
-        }
+        PeerClient { my_id: self.my_id, target, node: node.clone(), client }
     }
 }
 
@@ -146,12 +134,7 @@ impl PeerClient {
                 RPCTypes::InstallSnapshot => client.install_snapshot(request).await,
             }
         };
-        let timeout = || Timeout {
-            action,
-            id: self.my_id,
-            target: self.target,
-            timeout: ttl,
-        };
+        let timeout = || Timeout { action, id: self.my_id, target: self.target, timeout: ttl };
         match tokio::time::timeout(ttl, fut).await {
             Err(_) => Err(timeout().into()),
             Ok(Ok(resp)) => Ok(resp.into_inner().json),
@@ -194,10 +177,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<
-        AppendEntriesResponse<RaftNodeId>,
-        RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId>>,
-    > {
+    ) -> Result<AppendEntriesResponse<RaftNodeId>, RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId>>> {
         self.plain(RPCTypes::AppendEntries, &rpc, &option).await
     }
 
@@ -205,8 +185,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         rpc: VoteRequest<RaftNodeId>,
         option: RPCOption,
-    ) -> Result<VoteResponse<RaftNodeId>, RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId>>>
-    {
+    ) -> Result<VoteResponse<RaftNodeId>, RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId>>> {
         self.plain(RPCTypes::Vote, &rpc, &option).await
     }
 
@@ -226,8 +205,6 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 
     fn backoff(&self) -> openraft::network::Backoff {
-        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(
-            UNREACHABLE_BACKOFF_MS,
-        )))
+        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(UNREACHABLE_BACKOFF_MS)))
     }
 }

@@ -32,30 +32,17 @@ fn encode<T: Serialize>(reply: &T) -> Result<Response<pb::RaftPayload>, Status> 
 
 #[tonic::async_trait]
 impl pb::raft_server::Raft for RaftService {
-    async fn append_entries(
-        &self,
-        req: Request<pb::RaftPayload>,
-    ) -> Result<Response<pb::RaftPayload>, Status> {
-        let reply: PlainReply<_> = self
-            .raft
-            .append_entries(decode(req)?)
-            .await
-            .map_err(only_fatal);
+    async fn append_entries(&self, req: Request<pb::RaftPayload>) -> Result<Response<pb::RaftPayload>, Status> {
+        let reply: PlainReply<_> = self.raft.append_entries(decode(req)?).await.map_err(only_fatal);
         encode(&reply)
     }
 
-    async fn vote(
-        &self,
-        req: Request<pb::RaftPayload>,
-    ) -> Result<Response<pb::RaftPayload>, Status> {
+    async fn vote(&self, req: Request<pb::RaftPayload>) -> Result<Response<pb::RaftPayload>, Status> {
         let reply: PlainReply<_> = self.raft.vote(decode(req)?).await.map_err(only_fatal);
         encode(&reply)
     }
 
-    async fn install_snapshot(
-        &self,
-        req: Request<pb::RaftPayload>,
-    ) -> Result<Response<pb::RaftPayload>, Status> {
+    async fn install_snapshot(&self, req: Request<pb::RaftPayload>) -> Result<Response<pb::RaftPayload>, Status> {
         let reply: SnapshotReply = self.raft.install_snapshot(decode(req)?).await;
         encode(&reply)
     }

@@ -20,9 +20,7 @@ use shoal_proto::{ClusterState, NodeId};
 use tokio::sync::watch;
 
 use super::file::{self, FileError};
-use super::types::{
-    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
-};
+use super::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::state::{CommandResult, Model, Outcome};
 
 pub const SNAPSHOT_FILE: &str = "raft-snapshot";
@@ -38,11 +36,7 @@ pub struct Published {
 impl Published {
     pub fn new() -> Arc<Published> {
         let (tx, _) = watch::channel(Arc::new(ClusterState::default()));
-        Arc::new(Published {
-            tx,
-            leader: AtomicU32::new(0),
-            config: RwLock::new(None),
-        })
+        Arc::new(Published { tx, leader: AtomicU32::new(0), config: RwLock::new(None) })
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Arc<ClusterState>> {
@@ -109,11 +103,7 @@ pub struct StateMachine {
 }
 
 fn corrupt(path: &Path, reason: String) -> FileError {
-    FileError::Corrupt {
-        path: path.to_path_buf(),
-        offset: 0,
-        reason,
-    }
+    FileError::Corrupt { path: path.to_path_buf(), offset: 0, reason }
 }
 
 impl StateMachine {
@@ -131,23 +121,17 @@ impl StateMachine {
         };
         if let Some(frames) = file::read_whole(&path)? {
             let [meta, data] = frames.as_slice() else {
-                return Err(corrupt(
-                    &path,
-                    format!("expected 2 records, found {}", frames.len()),
-                ));
+                return Err(corrupt(&path, format!("expected 2 records, found {}", frames.len())));
             };
-            let meta: SnapshotMeta = serde_json::from_slice(meta)
-                .map_err(|e| corrupt(&path, format!("decode snapshot meta: {e}")))?;
-            let model: Model = serde_json::from_slice(data)
-                .map_err(|e| corrupt(&path, format!("decode snapshot data: {e}")))?;
+            let meta: SnapshotMeta =
+                serde_json::from_slice(meta).map_err(|e| corrupt(&path, format!("decode snapshot meta: {e}")))?;
+            let model: Model =
+                serde_json::from_slice(data).map_err(|e| corrupt(&path, format!("decode snapshot data: {e}")))?;
             tracing::info!(file = %path.display(), meta = %meta, epoch = model.cluster.epoch, "loaded snapshot");
             sm.model = model;
             sm.last_applied = meta.last_log_id;
             sm.membership = meta.last_membership.clone();
-            *sm.snapshot.lock() = Some(StoredSnapshot {
-                meta,
-                data: data.clone(),
-            });
+            *sm.snapshot.lock() = Some(StoredSnapshot { meta, data: data.clone() });
         }
         sm.published.publish(&sm.model, true);
         Ok(sm)
@@ -159,14 +143,10 @@ async fn save(slot: SnapshotSlot, path: PathBuf, snap: StoredSnapshot) -> Result
     let sig = snap.meta.signature();
     let res = tokio::task::spawn_blocking(move || -> Result<(), FileError> {
         let mut cur = slot.lock();
-        if cur
-            .as_ref()
-            .is_some_and(|c| c.meta.last_log_id > snap.meta.last_log_id)
-        {
+        if cur.as_ref().is_some_and(|c| c.meta.last_log_id > snap.meta.last_log_id) {
             return Ok(());
         }
-        let meta = serde_json::to_vec(&snap.meta)
-            .map_err(|e| corrupt(&path, format!("encode meta: {e}")))?;
+        let meta = serde_json::to_vec(&snap.meta).map_err(|e| corrupt(&path, format!("encode meta: {e}")))?;
         file::write_frames_atomic(&path, &[&meta, &snap.data])?;
         *cur = Some(snap);
         Ok(())
@@ -189,35 +169,18 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let data =
-            serde_json::to_vec(&self.model).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        let millis = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0);
+        let data = serde_json::to_vec(&self.model).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        let millis =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
         let snapshot_id = match &self.last_applied {
             Some(l) => format!("{}-{}-{millis}", l.leader_id.term, l.index),
             None => format!("0-0-{millis}"),
         };
-        let meta = SnapshotMeta {
-            last_log_id: self.last_applied,
-            last_membership: self.membership.clone(),
-            snapshot_id,
-        };
-        save(
-            self.slot.clone(),
-            self.path.clone(),
-            StoredSnapshot {
-                meta: meta.clone(),
-                data: data.clone(),
-            },
-        )
-        .await?;
+        let meta =
+            SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id };
+        save(self.slot.clone(), self.path.clone(), StoredSnapshot { meta: meta.clone(), data: data.clone() }).await?;
         tracing::info!(meta = %meta, bytes = data.len(), "built snapshot");
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
 
@@ -244,19 +207,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     let res = self.model.apply(cmd);
                     match &res {
                         Ok(o) if o.epoch != before => {
-                            tracing::info!(
-                                index = entry.log_id.index,
-                                epoch = o.epoch,
-                                "applied {kind}"
-                            )
+                            tracing::info!(index = entry.log_id.index, epoch = o.epoch, "applied {kind}")
                         }
                         Ok(_) => {
                             tracing::debug!(index = entry.log_id.index, "applied {kind}: no change")
                         }
-                        Err(e) => tracing::info!(
-                            index = entry.log_id.index,
-                            "applied {kind}: refused: {e}"
-                        ),
+                        Err(e) => tracing::info!(index = entry.log_id.index, "applied {kind}: refused: {e}"),
                     }
                     out.push(res);
                 }
@@ -290,17 +246,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let model: Model = serde_json::from_slice(&data)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        save(
-            self.snapshot.clone(),
-            self.path.clone(),
-            StoredSnapshot {
-                meta: meta.clone(),
-                data,
-            },
-        )
-        .await?;
+        let model: Model =
+            serde_json::from_slice(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        save(self.snapshot.clone(), self.path.clone(), StoredSnapshot { meta: meta.clone(), data }).await?;
         tracing::info!(meta = %meta, epoch = model.cluster.epoch, "installed snapshot from the leader");
         self.model = model;
         self.last_applied = meta.last_log_id;
@@ -310,10 +258,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        Ok(self.snapshot.lock().as_ref().map(|s| Snapshot {
-            meta: s.meta.clone(),
-            snapshot: Box::new(Cursor::new(s.data.clone())),
-        }))
+        Ok(self
+            .snapshot
+            .lock()
+            .as_ref()
+            .map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) }))
     }
 }
 
@@ -336,11 +285,7 @@ mod tests {
                 lease_ms: 600,
                 failure_timeout_ms: 1000,
             },
-            mgmd: vec![MgmdConfig {
-                id: 1,
-                addr: "127.0.0.1:1".into(),
-                data_dir: "m".into(),
-            }],
+            mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:1".into(), data_dir: "m".into() }],
             datanode: vec![DataNodeConfig {
                 id: 11,
                 addr: "127.0.0.1:2".into(),
@@ -352,10 +297,7 @@ mod tests {
     }
 
     fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
-        Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-            payload,
-        }
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload }
     }
 
     #[tokio::test]
@@ -364,17 +306,12 @@ mod tests {
         let published = Published::new();
         let mut rx = published.subscribe();
         let mut sm = StateMachine::open(dir.path(), published.clone()).unwrap();
-        let membership = Membership::new(
-            vec![BTreeSet::from([1])],
-            BTreeMap::from([(1, openraft::BasicNode::new("a"))]),
-        );
+        let membership =
+            Membership::new(vec![BTreeSet::from([1])], BTreeMap::from([(1, openraft::BasicNode::new("a"))]));
         let out = sm
             .apply([
                 entry(1, EntryPayload::Membership(membership)),
-                entry(
-                    2,
-                    EntryPayload::Normal(Command::Bootstrap { config: config() }),
-                ),
+                entry(2, EntryPayload::Normal(Command::Bootstrap { config: config() })),
             ])
             .await
             .unwrap();
@@ -382,12 +319,7 @@ mod tests {
         assert!(rx.has_changed().unwrap());
         assert_eq!(rx.borrow_and_update().epoch, 1);
         assert!(published.config().is_some());
-        let snap = sm
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .unwrap();
+        let snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
         assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(2));
 
         let published = Published::new();
@@ -403,10 +335,7 @@ mod tests {
         let n = bytes.len();
         bytes[n - 2] ^= 0x20;
         std::fs::write(&path, &bytes).unwrap();
-        let e = StateMachine::open(dir.path(), Published::new())
-            .err()
-            .expect("must refuse")
-            .to_string();
+        let e = StateMachine::open(dir.path(), Published::new()).err().expect("must refuse").to_string();
         assert!(e.contains(SNAPSHOT_FILE) && e.contains("checksum"), "{e}");
     }
 }
