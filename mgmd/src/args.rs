@@ -41,6 +41,8 @@ impl MgmdOptions {
             .ok_or_else(|| anyhow!("the config has no [[mgmd]] with id {id}"))?;
         let dir = Path::new(&me.data_dir);
         let data_dir = if dir.is_absolute() { dir.to_path_buf() } else { config_dir.join(dir) };
+        // Absolute, so logs and errors name files unambiguously whatever the working dir.
+        let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
         Ok(MgmdOptions { id, addr: me.addr.clone(), data_dir, config, snapshot_every_logs: SNAPSHOT_EVERY_LOGS })
     }
 }
@@ -53,5 +55,53 @@ impl MgmdArgs {
             _ => PathBuf::from("."),
         };
         MgmdOptions::new(self.id, config, &config_dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    const CONFIG: &str = r#"
+[cluster]
+replicas = 1
+
+[[mgmd]]
+id = 1
+addr = "127.0.0.1:1"
+data_dir = "m1"
+
+[[mgmd]]
+id = 2
+addr = "127.0.0.1:2"
+data_dir = "/abs/m2"
+
+[[mgmd]]
+id = 3
+addr = "127.0.0.1:3"
+data_dir = "m3"
+
+[[datanode]]
+id = 11
+addr = "127.0.0.1:11"
+node_group = 0
+data_dir = "d11"
+"#;
+
+    #[test]
+    fn data_dirs_resolve_against_the_config_file() {
+        let dir = crate::raft::file::test_dir::TestDir::new("args");
+        let path = dir.path().join("cluster.toml");
+        std::fs::write(&path, CONFIG).unwrap();
+        let args = MgmdArgs::parse_from(["shoal-mgmd", "--id", "1", "--config", path.to_str().unwrap()]);
+        let opts = args.resolve().unwrap();
+        assert_eq!(opts.data_dir, dir.path().join("m1"));
+        assert_eq!(opts.addr, "127.0.0.1:1");
+        let opts = MgmdArgs { id: 2, config: path.clone() }.resolve().unwrap();
+        assert_eq!(opts.data_dir, PathBuf::from("/abs/m2"));
+        let e = MgmdArgs { id: 7, config: path }.resolve().unwrap_err();
+        assert!(e.to_string().contains("id 7"), "{e}");
+        assert!(MgmdArgs::try_parse_from(["shoal-mgmd", "--id", "x", "--config", "c"]).is_err());
     }
 }

@@ -71,7 +71,6 @@ pub fn main_entry() {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     if let Err(e) = res {
         tracing::error!("mgmd failed: {e:#}");
-        eprintln!("shoal-mgmd: {e:#}");
         std::process::exit(1);
     }
 }

@@ -67,7 +67,7 @@ pub async fn start(
     snapshot_every_logs: u64,
     published: Arc<Published>,
 ) -> anyhow::Result<MgmdRaft> {
-    let log = log_store::LogStore::open(dir).context("open raft log")?;
+    let log = log_store::LogStore::open(dir).context("open raft log and vote")?;
     let sm = state_machine::StateMachine::open(dir, published).context("open raft snapshot")?;
     let config = Arc::new(raft_config(cluster_name, snapshot_every_logs)?);
     openraft::Raft::new(raft_id(id), config, network::Network::new(raft_id(id)), log, sm).await.context("start raft")
