@@ -213,13 +213,14 @@ impl Leader {
     /// One round of leader decisions. Proposals run in their own tasks so a slow commit
     /// never delays failure detection; in-flight flags keep them from being proposed twice.
     fn tick(self: &Arc<Self>, now: Instant) {
-        let cluster = self.consensus.published.current();
-        let config = self.config();
         let mut guard = self.term.lock();
         let Some(t) = guard.as_mut() else { return };
         if !t.caught_up {
             return;
         }
+        // Read under the term lock, like `heartbeat`, so both decide from the same map.
+        let cluster = self.consensus.published.current();
+        let config = self.config();
         if cluster.epoch == 0 {
             // Not bootstrapped: nothing else makes sense until it is.
             if !t.bootstrap_in_flight && now >= t.bootstrap_not_before {
