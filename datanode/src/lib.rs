@@ -10,6 +10,10 @@ pub mod scan;
 pub mod service;
 pub mod storage;
 pub mod sync;
+pub mod transport;
+
+#[cfg(test)]
+mod sim_tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -81,7 +85,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let budget = storage::MemoryBudget::new(me.data_memory_mb * 1024 * 1024);
     let (report_tx, report_rx) = tokio::sync::mpsc::channel(FAILURE_REPORT_QUEUE);
-    let node = node::Node::new(me.id, incarnation(), me.addr.clone(), timing.clone(), budget, report_tx);
+    let transport = Arc::new(transport::GrpcTransport::default());
+    let node = node::Node::new(me.id, incarnation(), me.addr.clone(), timing.clone(), budget, report_tx, transport);
     let link = Arc::new(
         mgmd_link::MgmdLink::new(&config.mgmd_addrs(), timing.heartbeat_interval * 3).map_err(anyhow::Error::msg)?,
     );

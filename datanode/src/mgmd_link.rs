@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use shoal_client::MgmdPool;
 use shoal_proto::pb::{self, mgmd_client::MgmdClient};
-use shoal_proto::{ClusterState, Epoch, NodeId, ShoalError};
+use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, ShoalError};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -137,7 +137,7 @@ pub async fn watch_loop(node: Arc<Node>, link: Arc<MgmdLink>) {
 fn install(node: &Arc<Node>, link: &Arc<MgmdLink>, state: ClusterState) {
     let epoch = state.epoch;
     if let Some(sync_epoch) = node.install_map(state) {
-        tokio::spawn(crate::sync::run(node.clone(), sync_epoch, link.clone()));
+        tokio::spawn(sync_and_report(node.clone(), sync_epoch, link.clone()));
     }
     tracing::debug!(epoch, "installed cluster map");
 }
@@ -147,6 +147,33 @@ pub async fn report_loop(node: Arc<Node>, link: Arc<MgmdLink>, mut rx: mpsc::Rec
     while let Some((peer, reason)) = rx.recv().await {
         if let Err(e) = link.report_failure(node.id, peer, reason).await {
             tracing::warn!(peer, "could not report failure to mgmd: {e}");
+        }
+    }
+}
+
+/// Runs a node-restart copy and tells mgmd when it is done, so mgmd marks the node up.
+async fn sync_and_report(node: Arc<Node>, sync_epoch: Epoch, link: Arc<MgmdLink>) {
+    let begun = Instant::now();
+    let Some(rows) = crate::sync::run(&node, sync_epoch).await else { return };
+    for attempt in 0u32..600 {
+        if node.sync_epoch() != sync_epoch {
+            return;
+        }
+        match link.synced(node.id, node.incarnation, sync_epoch).await {
+            Ok(()) => {
+                tracing::info!(sync_epoch, rows, ms = begun.elapsed().as_millis() as u64, "node restart: caught up");
+                return;
+            }
+            Err(e) if e.code == ErrorCode::StaleEpoch => {
+                tracing::info!("sync report refused: {e}");
+                return;
+            }
+            Err(e) => {
+                if attempt.is_multiple_of(10) {
+                    tracing::warn!("cannot report sync to mgmd: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
 }

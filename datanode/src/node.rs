@@ -1,7 +1,7 @@
 //! The data node's shared state: its view of the cluster map, its partition replicas, its
-//! lease, and channels to its peers.
+//! lease, and its transport to its peers.
 //!
-//! The data path reads the map, the partition table and the peer table through `ArcSwap`
+//! The data path reads the map and the partition table through `ArcSwap`
 //! snapshots: no lock is shared between requests. Only installing a new map (control path)
 //! serializes on `install_lock`.
 
@@ -12,15 +12,14 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use shoal_proto::pb::data_node_client::DataNodeClient;
 use shoal_proto::{
     ClusterState, Epoch, ErrorCode, NodeId, NodeState, PartitionAssignment, PartitionId, ShoalError, TableId,
 };
 use tokio::sync::{mpsc, watch, Notify};
-use tonic::transport::{Channel, Endpoint};
 
 use crate::partition::Partition;
 use crate::storage::MemoryBudget;
+use crate::transport::Transport;
 
 /// How long a request from a newer epoch waits for this node to learn that epoch.
 pub const EPOCH_CATCH_UP_MS: u64 = 2000;
@@ -43,7 +42,7 @@ pub struct Node {
     pub budget: Arc<MemoryBudget>,
     map: ArcSwap<ClusterState>,
     parts: ArcSwap<PartitionTable>,
-    peers: ArcSwap<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
+    pub transport: Arc<dyn Transport>,
     epoch_tx: watch::Sender<Epoch>,
     install_lock: Mutex<()>,
     /// The sync (copy from the primaries) this node runs or ran last; 0 = none.
@@ -66,6 +65,7 @@ impl Node {
         timing: Timing,
         budget: Arc<MemoryBudget>,
         failure_reports: mpsc::Sender<(NodeId, String)>,
+        transport: Arc<dyn Transport>,
     ) -> Arc<Node> {
         let (epoch_tx, _) = watch::channel(0);
         Arc::new(Node {
@@ -77,7 +77,7 @@ impl Node {
             budget,
             map: ArcSwap::from_pointee(ClusterState::default()),
             parts: ArcSwap::from_pointee(HashMap::new()),
-            peers: ArcSwap::from_pointee(HashMap::new()),
+            transport,
             epoch_tx,
             install_lock: Mutex::new(()),
             sync_epoch: AtomicU64::new(0),
@@ -101,10 +101,6 @@ impl Node {
 
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.parts.load().values().cloned().collect()
-    }
-
-    pub fn peer(&self, id: NodeId) -> Option<DataNodeClient<Channel>> {
-        self.peers.load().get(&id).map(|(_, c)| c.clone())
     }
 
     pub fn sync_epoch(&self) -> Epoch {
@@ -230,45 +226,12 @@ impl Node {
         if me.as_ref().is_none_or(|m| m.state == NodeState::Down) {
             self.drop_lease();
         }
-        self.update_peers(&new);
+        self.transport.update_peers(&new);
         // Partitions first: a request that sees the new map must find its replicas.
         self.parts.store(Arc::new(parts));
         let epoch = new.epoch;
         self.map.store(Arc::new(new));
         self.epoch_tx.send_replace(epoch);
         start_sync
-    }
-
-    fn update_peers(&self, map: &ClusterState) {
-        let cur = self.peers.load();
-        let same = map
-            .nodes
-            .iter()
-            .filter(|n| n.kind == shoal_proto::NodeKind::DataNode && n.id != self.id)
-            .all(|n| cur.get(&n.id).is_some_and(|(a, _)| *a == n.addr));
-        if same {
-            return;
-        }
-        let mut peers = HashMap::new();
-        for n in map.nodes.iter().filter(|n| n.kind == shoal_proto::NodeKind::DataNode && n.id != self.id) {
-            if let Some((a, c)) = cur.get(&n.id) {
-                if *a == n.addr {
-                    peers.insert(n.id, (a.clone(), c.clone()));
-                    continue;
-                }
-            }
-            match Endpoint::from_shared(format!("http://{}", n.addr)) {
-                Ok(ep) => {
-                    let ch = ep
-                        .connect_timeout(Duration::from_millis(500))
-                        .tcp_nodelay(true)
-                        .http2_keep_alive_interval(Duration::from_secs(5))
-                        .connect_lazy();
-                    peers.insert(n.id, (n.addr.clone(), DataNodeClient::new(ch)));
-                }
-                Err(e) => tracing::warn!(node = n.id, addr = %n.addr, "bad peer address: {e}"),
-            }
-        }
-        self.peers.store(Arc::new(peers));
     }
 }

@@ -167,7 +167,7 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
     }
     let image = Image { key, data, seq: part.next_seq() };
     let inflight = part.enter_write(map.epoch);
-    if let Err(e) = replication::replicate(&node, &map, op.table, &pa, &image).await {
+    if let Err(e) = replication::replicate(&node, &map, op.table, &pa, vec![image.clone()]).await {
         node.budget.release(reserved);
         return Err(e);
     }

@@ -9,14 +9,12 @@
 
 use std::time::{Duration, Instant};
 
-use shoal_proto::pb;
 use shoal_proto::{ClusterState, ErrorCode, NodeId, PartitionAssignment, ShoalError, TableId};
 
 use crate::node::Node;
 use crate::storage::Image;
+use crate::transport::Replicate;
 
-/// One attempt to reach a replica.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Pause between attempts.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// After this long without an answer from a replica, ask mgmd to declare it failed.
@@ -24,74 +22,41 @@ const REPORT_AFTER: Duration = Duration::from_millis(300);
 /// Give up on a write after this long (the client sees TIMEOUT; the outcome is unknown).
 const GIVE_UP_AFTER: Duration = Duration::from_secs(10);
 
-pub fn image_to_pb(img: &Image) -> pb::RowImage {
-    pb::RowImage {
-        key: img.key.clone(),
-        row: img.data.clone().unwrap_or_default(),
-        deleted: img.data.is_none(),
-        seq: img.seq,
-    }
-}
-
-pub fn image_from_pb(img: pb::RowImage) -> Image {
-    Image { key: img.key, data: (!img.deleted).then_some(img.row), seq: img.seq }
-}
-
-/// Sends `image` to every replica of `pa` but this node and waits until each has applied it or
-/// has left the partition's replica set.
+/// Sends `images` of one partition to every replica of `pa` but this node and waits until each
+/// has applied them or has left the partition's replica set.
 pub async fn replicate(
     node: &Node,
     map: &ClusterState,
     table: TableId,
     pa: &PartitionAssignment,
-    image: &Image,
+    images: Vec<Image>,
 ) -> Result<(), ShoalError> {
-    let req = pb::ReplicateRequest {
+    let msg = Replicate {
         from: node.id,
-        table_id: table,
+        table,
         partition: pa.partition,
         primary_term: pa.primary_term,
-        rows: vec![image_to_pb(image)],
         epoch: map.epoch,
+        images,
     };
-    replicate_request(node, pa, req).await
-}
-
-pub async fn replicate_request(
-    node: &Node,
-    pa: &PartitionAssignment,
-    req: pb::ReplicateRequest,
-) -> Result<(), ShoalError> {
-    let targets: Vec<NodeId> = pa.replicas.iter().map(|r| r.node_id).filter(|&n| n != node.id).collect();
-    let sends = targets.into_iter().map(|to| send_to(node, to, pa, req.clone()));
+    let targets = pa.replicas.iter().map(|r| r.node_id).filter(|&n| n != node.id);
+    let sends = targets.map(|to| send_to(node, to, pa, msg.clone()));
     for r in futures::future::join_all(sends).await {
         r?;
     }
     Ok(())
 }
 
-async fn send_to(
-    node: &Node,
-    to: NodeId,
-    pa: &PartitionAssignment,
-    req: pb::ReplicateRequest,
-) -> Result<(), ShoalError> {
+async fn send_to(node: &Node, to: NodeId, pa: &PartitionAssignment, msg: Replicate) -> Result<(), ShoalError> {
     let start = Instant::now();
     let mut reported = false;
     loop {
-        let failure = match node.peer(to) {
-            None => format!("no address for node {to}"),
-            Some(mut client) => match tokio::time::timeout(ATTEMPT_TIMEOUT, client.replicate(req.clone())).await {
-                Ok(Ok(resp)) => match shoal_proto::convert::check(resp.into_inner().error) {
-                    Ok(()) => return Ok(()),
-                    Err(e) if matches!(e.code, ErrorCode::StaleEpoch) => {
-                        return Err(ShoalError::not_primary(None, format!("replica {to} knows a newer primary: {e}")));
-                    }
-                    Err(e) => e.to_string(),
-                },
-                Ok(Err(status)) => format!("rpc failed: {}", status.message()),
-                Err(_) => "timed out".to_string(),
-            },
+        let failure = match node.transport.replicate(to, msg.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.code == ErrorCode::StaleEpoch => {
+                return Err(ShoalError::not_primary(None, format!("replica {to} knows a newer primary: {e}")));
+            }
+            Err(e) => e,
         };
         // Decide against the newest map: the replica may have been removed, or this node
         // deposed, while we were trying.
@@ -108,7 +73,7 @@ async fn send_to(
         if !reported && start.elapsed() >= REPORT_AFTER {
             reported = true;
             tracing::warn!(replica = to, partition = pa.partition, "cannot replicate: {failure}; reporting it failed");
-            let _ = node.failure_reports.try_send((to, failure));
+            let _ = node.failure_reports.try_send((to, failure.to_string()));
         }
         if start.elapsed() >= GIVE_UP_AFTER {
             return Err(ShoalError::new(ErrorCode::Timeout, format!("replica {to} did not acknowledge in time")));
@@ -118,12 +83,12 @@ async fn send_to(
 }
 
 /// Replica side: applies images sent by a primary.
-pub async fn apply(node: &Node, req: pb::ReplicateRequest) -> Result<(), ShoalError> {
+pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
     node.ensure_epoch(req.epoch).await?;
     let map = node.map();
     let table = map
-        .table_by_id(req.table_id)
-        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} does not exist", req.table_id)))?;
+        .table_by_id(req.table)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} does not exist", req.table)))?;
     let pa = map
         .partition(req.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", req.partition)))?;
@@ -141,9 +106,9 @@ pub async fn apply(node: &Node, req: pb::ReplicateRequest) -> Result<(), ShoalEr
         return Err(ShoalError::stale_epoch(map.epoch, req.epoch));
     }
     let mut store = part.store.lock();
-    for img in req.rows {
+    for img in req.images {
         part.saw_seq(img.seq);
-        store.apply(image_from_pb(img));
+        store.apply(img);
     }
     Ok(())
 }

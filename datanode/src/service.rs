@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::node::Node;
 use crate::ops::{self, Op, OpKind, MAX_BATCH_OPS};
 use crate::scan::{self, ScanSpec, SCAN_QUEUE_BATCHES};
-use crate::sync;
+use crate::{sync, transport};
 
 pub struct Service {
     pub node: Arc<Node>,
@@ -141,7 +141,8 @@ impl DataNode for Service {
     }
 
     async fn replicate(&self, req: Request<pb::ReplicateRequest>) -> Result<Response<pb::ReplicateResponse>, Status> {
-        let error = crate::replication::apply(&self.node, req.into_inner()).await.err().map(pb::Error::from);
+        let msg = transport::replicate_from_pb(req.into_inner());
+        let error = crate::replication::apply(&self.node, msg).await.err().map(pb::Error::from);
         Ok(Response::new(pb::ReplicateResponse { error }))
     }
 
@@ -152,8 +153,8 @@ impl DataNode for Service {
         req: Request<pb::CopyRequest>,
     ) -> Result<Response<Self::CopyPartitionStream>, Status> {
         let (tx, rx) = mpsc::channel(SCAN_QUEUE_BATCHES);
-        tokio::spawn(sync::copy_out(self.node.clone(), req.into_inner(), tx));
-        let out = ReceiverStream::new(rx).map(|c| Ok(sync::chunk_to_pb(c)));
+        tokio::spawn(sync::copy_out(self.node.clone(), transport::copy_from_pb(req.into_inner()), tx));
+        let out = ReceiverStream::new(rx).map(|c| Ok(transport::chunk_to_pb(c)));
         Ok(Response::new(Box::pin(out)))
     }
 

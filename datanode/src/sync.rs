@@ -16,15 +16,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shoal_proto::pb;
-use shoal_proto::{Epoch, ErrorCode, NodeState, ShoalError};
+use shoal_proto::{Epoch, ErrorCode, ShoalError};
 use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
 
 use crate::node::Node;
-use crate::replication::{image_from_pb, image_to_pb};
 use crate::scan::CursorGuard;
 use crate::storage::Image;
+use crate::transport::CopyRequest;
 
 /// Rows per copy chunk.
 pub const COPY_CHUNK_ROWS: usize = 1000;
@@ -32,7 +30,7 @@ pub const COPY_CHUNK_ROWS: usize = 1000;
 const DRAIN_WAIT: Duration = Duration::from_secs(15);
 
 /// Primary side: streams the committed rows of one partition to a starting node.
-pub async fn copy_out(node: Arc<Node>, req: pb::CopyRequest, tx: mpsc::Sender<Result<Vec<Image>, ShoalError>>) {
+pub async fn copy_out(node: Arc<Node>, req: CopyRequest, tx: mpsc::Sender<Result<Vec<Image>, ShoalError>>) {
     if let Err(e) = copy_rows(&node, req, &tx).await {
         let _ = tx.send(Err(e)).await;
     }
@@ -40,7 +38,7 @@ pub async fn copy_out(node: Arc<Node>, req: pb::CopyRequest, tx: mpsc::Sender<Re
 
 async fn copy_rows(
     node: &Node,
-    req: pb::CopyRequest,
+    req: CopyRequest,
     tx: &mpsc::Sender<Result<Vec<Image>, ShoalError>>,
 ) -> Result<(), ShoalError> {
     node.ensure_epoch(req.epoch).await?;
@@ -56,8 +54,8 @@ async fn copy_rows(
         ));
     }
     let part = node
-        .partition(req.table_id, req.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} is not here", req.table_id)))?;
+        .partition(req.table, req.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} is not here", req.table)))?;
     let start = Instant::now();
     while !part.writes_before_drained(req.epoch) {
         if start.elapsed() > DRAIN_WAIT {
@@ -80,10 +78,9 @@ async fn copy_rows(
     Ok(())
 }
 
-/// Starting side: copies every syncing partition, then tells mgmd. Gives up quietly when a
-/// newer sync replaces this one.
-pub async fn run(node: Arc<Node>, sync_epoch: Epoch, mgmd: Arc<crate::mgmd_link::MgmdLink>) {
-    let begun = Instant::now();
+/// Starting side: copies every partition this node syncs in epoch `sync_epoch` and ends the
+/// fill. Returns the rows copied, or None when a newer sync replaced this one.
+pub async fn run(node: &Node, sync_epoch: Epoch) -> Option<u64> {
     let map = node.map();
     let mut work = vec![];
     for t in &map.tables {
@@ -99,9 +96,9 @@ pub async fn run(node: Arc<Node>, sync_epoch: Epoch, mgmd: Arc<crate::mgmd_link:
         loop {
             if node.sync_epoch() != sync_epoch {
                 tracing::info!(sync_epoch, "sync superseded");
-                return;
+                return None;
             }
-            match copy_in(&node, table, partition, sync_epoch).await {
+            match copy_in(node, table, partition, sync_epoch).await {
                 Ok(n) => {
                     rows += n;
                     break;
@@ -123,31 +120,7 @@ pub async fn run(node: Arc<Node>, sync_epoch: Epoch, mgmd: Arc<crate::mgmd_link:
     for part in node.partitions() {
         part.store.lock().end_fill();
     }
-    for attempt in 0u32..600 {
-        if node.sync_epoch() != sync_epoch {
-            return;
-        }
-        match mgmd.synced(node.id, node.incarnation, sync_epoch).await {
-            Ok(()) => {
-                tracing::info!(sync_epoch, rows, ms = begun.elapsed().as_millis() as u64, "node restart: caught up");
-                return;
-            }
-            Err(e) if e.code == ErrorCode::StaleEpoch => {
-                tracing::info!("sync report refused: {e}");
-                return;
-            }
-            Err(e) => {
-                if attempt.is_multiple_of(10) {
-                    tracing::warn!("cannot report sync to mgmd: {e}");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        let me = node.map().node(node.id).map(|n| n.state);
-        if me == Some(NodeState::Up) {
-            return;
-        }
-    }
+    Some(rows)
 }
 
 async fn copy_in(node: &Node, table: u32, partition: u32, sync_epoch: Epoch) -> Result<u64, ShoalError> {
@@ -155,34 +128,20 @@ async fn copy_in(node: &Node, table: u32, partition: u32, sync_epoch: Epoch) -> 
     let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
     let primary =
         pa.primary.ok_or_else(|| ShoalError::new(ErrorCode::PartitionUnavailable, "partition has no primary"))?;
-    let mut client =
-        node.peer(primary).ok_or_else(|| ShoalError::internal(format!("no address for node {primary}")))?;
     let part = node
         .partition(table, partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, "replica not installed"))?;
-    let req = pb::CopyRequest { to: node.id, table_id: table, partition, epoch: sync_epoch };
-    let mut stream = client
-        .copy_partition(req)
-        .await
-        .map_err(|s| ShoalError::new(ErrorCode::NodeNotReady, format!("copy from node {primary}: {}", s.message())))?
-        .into_inner();
+    let req = CopyRequest { to: node.id, table, partition, epoch: sync_epoch };
+    let mut chunks = node.transport.copy(primary, req).await?;
     let mut rows = 0;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|s| ShoalError::new(ErrorCode::NodeNotReady, s.message().to_string()))?;
-        shoal_proto::convert::check(chunk.error)?;
+    while let Some(chunk) = chunks.recv().await {
+        let chunk = chunk?;
         let mut store = part.store.lock();
-        for img in chunk.rows {
+        for img in chunk {
             part.saw_seq(img.seq);
-            store.apply(image_from_pb(img));
+            store.apply(img);
             rows += 1;
         }
     }
     Ok(rows)
-}
-
-pub fn chunk_to_pb(chunk: Result<Vec<Image>, ShoalError>) -> pb::CopyChunk {
-    match chunk {
-        Ok(rows) => pb::CopyChunk { error: None, rows: rows.iter().map(image_to_pb).collect() },
-        Err(e) => pb::CopyChunk { error: Some(e.into()), rows: vec![] },
-    }
 }

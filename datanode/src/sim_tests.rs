@@ -1,0 +1,296 @@
+//! Data nodes in one process over a simulated network, driven by the real mgmd state machine:
+//! the replication and node-restart protocols tested without sockets.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use shoal_mgmd::state::{Command, JoinInfo, Model};
+use shoal_proto::config::{ClusterConfig, ClusterSection, DataNodeConfig, MgmdConfig};
+use shoal_proto::{codec, Column, ColumnType, ErrorCode, NodeId, ShoalError, Table, TableSpec, Value};
+use tokio::sync::mpsc;
+
+use crate::node::{Node, Timing};
+use crate::ops::{self, Op, OpKind};
+use crate::storage::MemoryBudget;
+use crate::transport::{BoxFuture, CopyRequest, CopyStream, Replicate, Transport};
+
+/// The simulated network: delivers to nodes in this process unless a node is cut off.
+#[derive(Default)]
+struct Net {
+    nodes: Mutex<HashMap<NodeId, Arc<Node>>>,
+    cut: Mutex<HashSet<NodeId>>,
+}
+
+struct SimTransport(Arc<Net>);
+
+impl SimTransport {
+    fn reach(&self, id: NodeId) -> Result<Arc<Node>, ShoalError> {
+        if self.0.cut.lock().contains(&id) {
+            return Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {id} unreachable")));
+        }
+        self.0.nodes.lock().get(&id).cloned().ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "no such node"))
+    }
+}
+
+impl Transport for SimTransport {
+    fn replicate(&self, to: NodeId, msg: Replicate) -> BoxFuture<Result<(), ShoalError>> {
+        let target = self.reach(to);
+        Box::pin(async move {
+            let target = target?;
+            crate::replication::apply(&target, msg).await
+        })
+    }
+
+    fn copy(&self, from: NodeId, req: CopyRequest) -> BoxFuture<Result<CopyStream, ShoalError>> {
+        let source = self.reach(from);
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(4);
+            tokio::spawn(crate::sync::copy_out(source?, req, tx));
+            Ok(rx)
+        })
+    }
+
+    fn update_peers(&self, _map: &shoal_proto::ClusterState) {}
+}
+
+struct Sim {
+    net: Arc<Net>,
+    model: Model,
+    reports: HashMap<NodeId, mpsc::Receiver<(NodeId, String)>>,
+}
+
+impl Sim {
+    /// One node group of `replicas` data nodes (ids 11..), all up, with table `t`.
+    fn new(replicas: u32) -> Sim {
+        let config = ClusterConfig {
+            cluster: ClusterSection {
+                name: "sim".into(),
+                replicas,
+                partitions_per_node_group: 4,
+                heartbeat_interval_ms: 100,
+                lease_ms: 600,
+                failure_timeout_ms: 1000,
+            },
+            mgmd: vec![MgmdConfig { id: 1, addr: "sim:1".into(), data_dir: "m".into() }],
+            datanode: (0..replicas)
+                .map(|i| DataNodeConfig {
+                    id: 11 + i,
+                    addr: format!("sim:{}", 11 + i),
+                    node_group: 0,
+                    data_dir: "d".into(),
+                    data_memory_mb: 64,
+                })
+                .collect(),
+        };
+        let mut sim = Sim { net: Arc::new(Net::default()), model: Model::default(), reports: HashMap::new() };
+        sim.apply(Command::Bootstrap { config });
+        let joins = (0..replicas).map(|i| sim.boot(11 + i, 1)).collect();
+        sim.apply(Command::Join { nodes: joins });
+        let spec = TableSpec {
+            name: "t".into(),
+            columns: vec![Column::new("k", ColumnType::Int), Column::new("v", ColumnType::Int)],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        sim.apply(Command::CreateTable { spec, if_not_exists: false });
+        sim.publish_all();
+        sim
+    }
+
+    /// Starts a node process (a fresh incarnation) holding a long lease.
+    fn boot(&mut self, id: NodeId, incarnation: u64) -> JoinInfo {
+        let (tx, rx) = mpsc::channel(64);
+        let timing = Timing {
+            heartbeat_interval: Duration::from_millis(100),
+            lease: Duration::from_secs(3600),
+            failure_timeout: Duration::from_secs(3601),
+            lock_wait: Duration::from_secs(2),
+        };
+        let transport = Arc::new(SimTransport(self.net.clone()));
+        let node = Node::new(id, incarnation, format!("sim:{id}"), timing, MemoryBudget::new(64 << 20), tx, transport);
+        node.renew_lease(Instant::now(), Duration::from_secs(3600));
+        self.net.nodes.lock().insert(id, node);
+        self.reports.insert(id, rx);
+        JoinInfo { id, addr: format!("sim:{id}"), pid: 1, incarnation }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        self.model.apply(cmd).expect("command applies");
+    }
+
+    fn node(&self, id: NodeId) -> Arc<Node> {
+        self.net.nodes.lock()[&id].clone()
+    }
+
+    /// Gives node `id` the current map; returns a sync epoch it must run.
+    fn publish(&self, id: NodeId) -> Option<u64> {
+        self.node(id).install_map(self.model.cluster.clone())
+    }
+
+    fn publish_all(&self) {
+        let ids: Vec<NodeId> = self.net.nodes.lock().keys().copied().collect();
+        for id in ids {
+            self.publish(id);
+        }
+    }
+
+    fn table(&self) -> Table {
+        self.model.cluster.table("t").expect("table t").clone()
+    }
+
+    fn primary_of(&self, k: i64) -> NodeId {
+        let p = codec::partition_of_key(&self.table(), &[Value::Int(k)]);
+        self.model.cluster.partitions[p as usize].primary.expect("a primary")
+    }
+
+    fn op(&self, kind: OpKind, k: i64, v: i64) -> Op {
+        let table = self.table();
+        let partition = codec::partition_of_key(&table, &[Value::Int(k)]);
+        let (key, row) = match kind {
+            OpKind::Insert | OpKind::Upsert => (vec![], vec![Value::Int(k), Value::Int(v)]),
+            _ => (vec![Value::Int(k)], vec![]),
+        };
+        Op { kind, table: table.id, partition, key, row, columns: vec![] }
+    }
+
+    async fn write(&self, at: NodeId, k: i64, v: i64) -> Result<(), ShoalError> {
+        ops::write(self.node(at), self.op(OpKind::Upsert, k, v)).await
+    }
+
+    fn read_at(&self, at: NodeId, k: i64) -> Result<Option<i64>, ShoalError> {
+        let row = ops::read(&self.node(at), self.op(OpKind::Read, k, 0), true)?;
+        Ok(row.map(|r| r[1].as_i64().expect("int value")))
+    }
+}
+
+#[tokio::test]
+async fn acknowledged_write_is_on_every_replica() {
+    let sim = Sim::new(3);
+    for k in 0..50 {
+        sim.write(sim.primary_of(k), k, k * 10).await.unwrap();
+        for id in [11, 12, 13] {
+            assert_eq!(sim.read_at(id, k).unwrap(), Some(k * 10), "key {k} on node {id}");
+        }
+    }
+    // A write sent to a backup is refused with a hint to the primary.
+    let k = 7;
+    let backup = [11, 12, 13].into_iter().find(|&n| n != sim.primary_of(k)).unwrap();
+    let e = sim.write(backup, k, 1).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotPrimary);
+    assert_eq!(e.hint, sim.primary_of(k));
+}
+
+#[tokio::test]
+async fn unreachable_backup_is_reported_and_the_write_completes_once_it_is_removed() {
+    let mut sim = Sim::new(2);
+    let k = 3;
+    let primary = sim.primary_of(k);
+    let backup = if primary == 11 { 12 } else { 11 };
+    sim.net.cut.lock().insert(backup);
+    let node = sim.node(primary);
+    let op = sim.op(OpKind::Upsert, k, 99);
+    let write = tokio::spawn(ops::write(node, op));
+    // The primary reports the silent backup to mgmd and keeps the write pending.
+    let (reported, _) = tokio::time::timeout(Duration::from_secs(5), sim.reports.get_mut(&primary).unwrap().recv())
+        .await
+        .expect("a failure report")
+        .unwrap();
+    assert_eq!(reported, backup);
+    assert!(!write.is_finished(), "no acknowledgement while a live replica lacks the write");
+    assert_eq!(sim.read_at(primary, k).unwrap(), None, "the primary applies only after its replicas");
+    // mgmd removes the backup: the write completes on the remaining replica.
+    sim.apply(Command::Down { id: backup, incarnation: 1, reason: "reported".into() });
+    sim.publish(primary);
+    tokio::time::timeout(Duration::from_secs(5), write).await.expect("write finishes").unwrap().unwrap();
+    assert_eq!(sim.read_at(primary, k).unwrap(), Some(99));
+}
+
+#[tokio::test]
+async fn deposed_primary_cannot_commit() {
+    let mut sim = Sim::new(2);
+    let k = 5;
+    sim.write(sim.primary_of(k), k, 1).await.unwrap();
+    let old = sim.primary_of(k);
+    let new = if old == 11 { 12 } else { 11 };
+    // mgmd promotes the backup; the old primary has not heard (its lease is still valid here,
+    // as it would be for a node the failure detector misjudged).
+    sim.apply(Command::Down { id: old, incarnation: 1, reason: "test".into() });
+    sim.publish(new);
+    assert_eq!(sim.primary_of(k), new);
+    let e = sim.write(old, k, 2).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotPrimary, "{e}");
+    // Neither replica shows the refused write.
+    assert_eq!(sim.read_at(old, k).unwrap(), Some(1));
+    assert_eq!(sim.read_at(new, k).unwrap(), Some(1));
+    sim.write(new, k, 3).await.unwrap();
+    assert_eq!(sim.read_at(new, k).unwrap(), Some(3));
+}
+
+#[tokio::test]
+async fn no_lease_no_service() {
+    let sim = Sim::new(2);
+    let k = 1;
+    let primary = sim.primary_of(k);
+    sim.node(primary).drop_lease();
+    let e = sim.write(primary, k, 1).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NodeNotReady);
+    let e = ops::read(&sim.node(primary), sim.op(OpKind::Read, k, 0), false).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NodeNotReady);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_node_copies_while_writes_and_deletes_continue() {
+    let mut sim = Sim::new(2);
+    for k in 0..400 {
+        sim.write(sim.primary_of(k), k, 0).await.unwrap();
+    }
+    // Node 12 crashes and comes back empty as a new incarnation.
+    sim.apply(Command::Down { id: 12, incarnation: 1, reason: "crash".into() });
+    sim.publish(11);
+    let join = sim.boot(12, 2);
+    sim.apply(Command::Join { nodes: vec![join] });
+    sim.publish(11);
+    let sync_epoch = sim.publish(12).expect("node 12 must copy");
+
+    // Writes and deletes run on node 11 while node 12 copies.
+    let writer = {
+        let primary = sim.node(11);
+        let table = sim.table();
+        tokio::spawn(async move {
+            for round in 1..=3i64 {
+                for k in 0..400i64 {
+                    let partition = codec::partition_of_key(&table, &[Value::Int(k)]);
+                    let op = if (k + round) % 5 == 0 {
+                        Op {
+                            kind: OpKind::Delete,
+                            table: table.id,
+                            partition,
+                            key: vec![Value::Int(k)],
+                            row: vec![],
+                            columns: vec![],
+                        }
+                    } else {
+                        let row = vec![Value::Int(k), Value::Int(round)];
+                        Op { kind: OpKind::Upsert, table: table.id, partition, key: vec![], row, columns: vec![] }
+                    };
+                    match ops::write(primary.clone(), op).await {
+                        Ok(()) => {}
+                        Err(e) if e.code == ErrorCode::KeyNotFound => {}
+                        Err(e) => panic!("write failed: {e}"),
+                    }
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let rows = crate::sync::run(&sim.node(12), sync_epoch).await.expect("sync completes");
+    assert!(rows > 0);
+    writer.await.unwrap();
+    sim.apply(Command::Synced { id: 12, incarnation: 2, sync_epoch });
+    sim.publish_all();
+    for k in 0..400 {
+        assert_eq!(sim.read_at(12, k).unwrap(), sim.read_at(11, k).unwrap(), "key {k} differs after the copy");
+    }
+}

@@ -1,0 +1,197 @@
+//! How a data node reaches its peers. The replication and copy logic only sees this trait, so
+//! tests drive several nodes in one process over a simulated network (`sim_tests.rs`), and the
+//! daemon uses gRPC.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use shoal_proto::pb::{self, data_node_client::DataNodeClient};
+use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, PartitionId, ShoalError, TableId};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::storage::Image;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+/// Chunks of a partition copy; the sender ends the stream after the last chunk.
+pub type CopyStream = mpsc::Receiver<Result<Vec<Image>, ShoalError>>;
+
+/// Row images a primary sends to one replica of a partition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replicate {
+    pub from: NodeId,
+    pub table: TableId,
+    pub partition: PartitionId,
+    pub primary_term: Epoch,
+    /// The sender's map epoch: the receiver catches up to it before applying.
+    pub epoch: Epoch,
+    pub images: Vec<Image>,
+}
+
+/// A request to copy one partition to a starting node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyRequest {
+    pub to: NodeId,
+    pub table: TableId,
+    pub partition: PartitionId,
+    /// The sync epoch: the source must know it (and forward writes) first.
+    pub epoch: Epoch,
+}
+
+pub trait Transport: Send + Sync + 'static {
+    /// Delivers images to `to`. An error with code STALE_EPOCH means the replica knows a newer
+    /// primary; any other error means "not delivered, maybe try again".
+    fn replicate(&self, to: NodeId, msg: Replicate) -> BoxFuture<Result<(), ShoalError>>;
+    /// Opens a copy of a partition from its primary `from`.
+    fn copy(&self, from: NodeId, req: CopyRequest) -> BoxFuture<Result<CopyStream, ShoalError>>;
+    /// Learns peer addresses from a new map.
+    fn update_peers(&self, map: &ClusterState);
+}
+
+// ----- conversions (the gRPC edge of replication and copy) -----
+
+pub fn image_to_pb(img: &Image) -> pb::RowImage {
+    pb::RowImage {
+        key: img.key.clone(),
+        row: img.data.clone().unwrap_or_default(),
+        deleted: img.data.is_none(),
+        seq: img.seq,
+    }
+}
+
+pub fn image_from_pb(img: pb::RowImage) -> Image {
+    Image { key: img.key, data: (!img.deleted).then_some(img.row), seq: img.seq }
+}
+
+pub fn replicate_to_pb(m: &Replicate) -> pb::ReplicateRequest {
+    pb::ReplicateRequest {
+        from: m.from,
+        table_id: m.table,
+        partition: m.partition,
+        primary_term: m.primary_term,
+        rows: m.images.iter().map(image_to_pb).collect(),
+        epoch: m.epoch,
+    }
+}
+
+pub fn replicate_from_pb(r: pb::ReplicateRequest) -> Replicate {
+    Replicate {
+        from: r.from,
+        table: r.table_id,
+        partition: r.partition,
+        primary_term: r.primary_term,
+        epoch: r.epoch,
+        images: r.rows.into_iter().map(image_from_pb).collect(),
+    }
+}
+
+pub fn copy_from_pb(r: pb::CopyRequest) -> CopyRequest {
+    CopyRequest { to: r.to, table: r.table_id, partition: r.partition, epoch: r.epoch }
+}
+
+pub fn chunk_to_pb(chunk: Result<Vec<Image>, ShoalError>) -> pb::CopyChunk {
+    match chunk {
+        Ok(rows) => pb::CopyChunk { error: None, rows: rows.iter().map(image_to_pb).collect() },
+        Err(e) => pb::CopyChunk { error: Some(e.into()), rows: vec![] },
+    }
+}
+
+/// One attempt to reach a replica.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Copy chunks buffered ahead of the applying side.
+const COPY_QUEUE: usize = 4;
+
+/// Peers over gRPC: one lazily connected channel per peer, kept while its address holds.
+#[derive(Default)]
+pub struct GrpcTransport {
+    peers: ArcSwap<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
+}
+
+impl GrpcTransport {
+    fn peer(&self, id: NodeId) -> Result<DataNodeClient<Channel>, ShoalError> {
+        self.peers
+            .load()
+            .get(&id)
+            .map(|(_, c)| c.clone())
+            .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, format!("no address for node {id}")))
+    }
+}
+
+fn unreachable(id: NodeId, what: impl std::fmt::Display) -> ShoalError {
+    ShoalError::new(ErrorCode::NodeNotReady, format!("node {id}: {what}"))
+}
+
+impl Transport for GrpcTransport {
+    fn replicate(&self, to: NodeId, msg: Replicate) -> BoxFuture<Result<(), ShoalError>> {
+        let client = self.peer(to);
+        Box::pin(async move {
+            let mut client = client?;
+            match tokio::time::timeout(ATTEMPT_TIMEOUT, client.replicate(replicate_to_pb(&msg))).await {
+                Ok(Ok(resp)) => shoal_proto::convert::check(resp.into_inner().error),
+                Ok(Err(status)) => Err(unreachable(to, status.message())),
+                Err(_) => Err(unreachable(to, "timed out")),
+            }
+        })
+    }
+
+    fn copy(&self, from: NodeId, req: CopyRequest) -> BoxFuture<Result<CopyStream, ShoalError>> {
+        let client = self.peer(from);
+        Box::pin(async move {
+            let mut client = client?;
+            let pb_req =
+                pb::CopyRequest { to: req.to, table_id: req.table, partition: req.partition, epoch: req.epoch };
+            let mut stream =
+                client.copy_partition(pb_req).await.map_err(|s| unreachable(from, s.message()))?.into_inner();
+            let (tx, rx) = mpsc::channel(COPY_QUEUE);
+            tokio::spawn(async move {
+                while let Some(chunk) = stream.next().await {
+                    let chunk = match chunk {
+                        Ok(c) => shoal_proto::convert::check(c.error)
+                            .map(|()| c.rows.into_iter().map(image_from_pb).collect()),
+                        Err(s) => Err(unreachable(from, s.message())),
+                    };
+                    let failed = chunk.is_err();
+                    if tx.send(chunk).await.is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            Ok(rx)
+        })
+    }
+
+    fn update_peers(&self, map: &ClusterState) {
+        let cur = self.peers.load();
+        let data_nodes = || map.nodes.iter().filter(|n| n.kind == NodeKind::DataNode);
+        if data_nodes().all(|n| cur.get(&n.id).is_some_and(|(a, _)| *a == n.addr)) {
+            return;
+        }
+        let mut peers = HashMap::new();
+        for n in data_nodes() {
+            if let Some((a, c)) = cur.get(&n.id).filter(|(a, _)| *a == n.addr) {
+                peers.insert(n.id, (a.clone(), c.clone()));
+                continue;
+            }
+            match Endpoint::from_shared(format!("http://{}", n.addr)) {
+                Ok(ep) => {
+                    let ch = ep
+                        .connect_timeout(Duration::from_millis(500))
+                        .tcp_nodelay(true)
+                        .http2_keep_alive_interval(Duration::from_secs(5))
+                        .connect_lazy();
+                    let client = DataNodeClient::new(ch)
+                        .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
+                    peers.insert(n.id, (n.addr.clone(), client));
+                }
+                Err(e) => tracing::warn!(node = n.id, addr = %n.addr, "bad peer address: {e}"),
+            }
+        }
+        self.peers.store(Arc::new(peers));
+    }
+}
