@@ -11,7 +11,7 @@ use crate::raft::SNAPSHOT_EVERY_LOGS;
 #[derive(clap::Parser, Clone, Debug)]
 #[command(name = "shoal-mgmd", version, about = "Shoal management daemon")]
 pub struct MgmdArgs {
-    /// This mgmd's node id; the config must have an [[mgmd]] entry with it.
+    /// This mgmd's node id; the config must have an `[[mgmd]]` entry with it.
     #[arg(long)]
     pub id: NodeId,
     /// The cluster config file (TOML). Relative data dirs in it are relative to its directory.

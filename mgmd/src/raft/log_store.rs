@@ -1,7 +1,7 @@
 //! The Raft log and vote, persisted in the mgmd's data dir in our own format.
 //!
-//! `raft-log` is append-only: a stream of [`file`](super::file) frames whose payloads are JSON
-//! [`Record`]s. The in-memory copy is rebuilt on open by replaying them in order. One
+//! `raft-log` is append-only: a stream of [`super::file`] frames whose payloads are JSON
+//! `Record`s. The in-memory copy is rebuilt on open by replaying them in order. One
 //! `append` call is one write plus one fsync, and only then is openraft told the entries are
 //! durable. After a purge leaves most of the file dead, the live records are rewritten into a
 //! fresh file (temp file + rename).

@@ -1,5 +1,5 @@
 //! Raft for the mgmd: openraft with our own storage ([`log_store`], [`state_machine`], both
-//! on [`file`]'s framing) and a gRPC transport ([`network`], [`server`]).
+//! on [`mod@file`]'s framing) and a gRPC transport ([`network`], [`server`]).
 //!
 //! [`Consensus`] is what the rest of the daemon holds: the Raft handle plus the few questions
 //! everyone asks of it (who leads, propose a command).

@@ -1,4 +1,4 @@
-//! The Raft state machine: applies committed [`Command`]s to the pure [`Model`], publishes the
+//! The Raft state machine: applies committed [`Command`](crate::state::Command)s to the pure [`Model`], publishes the
 //! resulting [`ClusterState`], and keeps the snapshot file.
 //!
 //! The model itself is not written on every apply: it is rebuilt on restart from the last
