@@ -103,11 +103,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(svc)
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown_signal())
+        .serve_with_incoming_shutdown(nodelay(listener), shutdown_signal())
         .await
         .context("serve gRPC")?;
     tracing::info!("datanode {} stopped", me.id);
     Ok(())
+}
+
+/// Accepted connections with Nagle's algorithm off: `Server::tcp_nodelay` does not apply to a
+/// listener we bound ourselves, and small replies held back 40 ms by delayed ACKs would
+/// dominate every latency.
+fn nodelay(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+        if let Ok(s) = &s {
+            let _ = s.set_nodelay(true);
+        }
+        s
+    })
 }
 
 async fn shutdown_signal() {

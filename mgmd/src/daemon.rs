@@ -101,7 +101,7 @@ pub async fn start(opts: MgmdOptions, listener: TcpListener) -> anyhow::Result<R
         tonic::transport::Server::builder()
             .add_service(MgmdServer::new(mgmd))
             .add_service(raft_svc)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            .serve_with_incoming_shutdown(nodelay(listener), async move {
                 let _ = stop.wait_for(|&s| s).await;
             }),
     );
@@ -146,4 +146,16 @@ impl Running {
         tracing::info!("mgmd {id} stopped");
         Ok(())
     }
+}
+
+/// Accepted connections with Nagle's algorithm off (`Server::tcp_nodelay` does not apply to a
+/// listener bound outside the builder): heartbeats and Raft messages are small.
+fn nodelay(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|s| {
+        if let Ok(s) = &s {
+            let _ = s.set_nodelay(true);
+        }
+        s
+    })
 }

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Shoal `bench kv` (2 replicas, synchronous replication) side by side with Redis
+# (`redis-benchmark`, one server, no persistence) on this machine, in one run.
+# Prints a markdown table of ops/s, p99 and the Shoal/Redis ratio.
+#
+#   benches/kv_vs_redis.sh [seconds per shoal run, default 10]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-10}
+KEYS=10000
+VALUE=64
+
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq redis-server redis-tools) >/dev/null
+fi
+cargo build --release -q
+SHOAL=target/release/shoal
+
+work=$(mktemp -d)
+redis_pid=""
+cleanup() {
+  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+  [ -n "${up_pid:-}" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# --- Redis ---
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >"$work/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis_run() { # clients pipeline test -> "rps p99"
+  local n=$(( $1 * 20000 )); [ "$n" -gt 400000 ] && n=400000; [ "$n" -lt 50000 ] && n=50000
+  redis-benchmark -p "$rport" -c "$1" -P "$2" -t "$3" -n "$n" -r "$KEYS" -d "$VALUE" --csv 2>/dev/null |
+    awk -F',' 'NR==2 {gsub(/"/,"",$2); gsub(/"/,"",$7); print $2, $7}'
+}
+
+# --- Shoal: 1 node group x 2 replicas ---
+base=$(( 30000 + RANDOM % 20000 ))
+$SHOAL up --dir "$work/shoal" --base-port "$base" >"$work/up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 300); do grep -q '^ready' "$work/up.log" && break; sleep 0.2; done
+grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
+shoal_run() { # threads batch write_ratio -> "ops/s p99_ms"
+  $SHOAL bench kv --dir "$work/shoal" --threads "$1" --batch "$2" --write-ratio "$3" \
+    --keys "$KEYS" --value-size "$VALUE" --duration "$SECS" --json |
+    python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["ops_per_s"]), d["p99_ms"], d["errors"])'
+}
+
+echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis |"
+echo "|---|---|---|---|---|---|---|"
+row() { # label clients shoal_args redis_args
+  read -r s_ops s_p99 s_err < <(shoal_run $3)
+  read -r r_ops r_p99 < <(redis_run $4)
+  ratio=$(python3 -c "print(f'{$s_ops/$r_ops:.2f}')")
+  echo "| $1 | $2 | $s_ops | $s_p99 | ${r_ops%.*} | $r_p99 | $ratio |"
+  [ "$s_err" = "0" ] || echo "(shoal reported $s_err errors)"
+}
+for c in 1 16 64; do
+  row "read 1 key (GET)" "$c" "$c 1 0" "$c 1 get"
+  row "write 1 key (SET)" "$c" "$c 1 1" "$c 1 set"
+done
+for c in 1 16 64; do
+  row "read 16 keys per call (GET -P 16)" "$c" "$c 16 0" "$c 16 get"
+done
+echo
+echo "Shoal: 1 node group x 2 replicas, every write on both replicas before the ack; keys $KEYS, values $VALUE B."
+echo "Redis: one server, no persistence, no replica. Machine: $(nproc) cores, all processes on it."
