@@ -331,3 +331,36 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
     assert!(outcomes[0].is_ok());
     assert_eq!(outcomes[1].as_ref().unwrap_err().code, ErrorCode::DuplicateKey);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_keys_and_a_second_shoal_up_on_the_same_dir() {
+    let mut cluster = TestCluster::start(1, 2, 1);
+    let client = cluster.client().await;
+    // A table without a primary key gets a hidden one: equal rows stay distinct.
+    let spec = TableSpec {
+        name: "log".into(),
+        columns: vec![Column::new("msg", ColumnType::Text)],
+        primary_key: vec![],
+        partition_key: vec![],
+    };
+    let table = client.create_table(spec, false).await.unwrap();
+    assert!(table.hidden_pk);
+    for _ in 0..3 {
+        client.insert("log", vec![Value::Text("same".into())]).await.unwrap();
+    }
+    use tokio_stream::StreamExt;
+    let rows: Vec<_> = client.scan("log", vec![], vec![0]).collect().await;
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r.as_ref().unwrap() == &vec![Value::Text("same".into())]));
+    client.create_table(kv_spec("t"), false).await.unwrap();
+    drop(client);
+
+    // Ctrl-C and up again: the same cluster (catalog and config) comes back and serves.
+    cluster.restart();
+    let client = cluster.client().await;
+    assert!(client.table("log").unwrap().hidden_pk);
+    client.insert("t", row(1, "again")).await.unwrap();
+    assert_eq!(client.get("t", vec![Value::Int(1)]).await.unwrap(), Some(row(1, "again")));
+    let s = cluster.status();
+    assert!(s["nodes"].as_array().unwrap().iter().all(|n| n["state"] == "up"), "{s:#}");
+}

@@ -114,6 +114,7 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
 
     let _row_lock = part.lock_row(&key, node.timing.lock_wait).await?;
     let current = part.store.lock().get(&key).map(|s| s.data.to_vec());
+    let old_charge = current.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
     let data = match op.kind {
         OpKind::Insert => {
             if current.is_some() {
@@ -158,7 +159,9 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
         OpKind::Read => None,
     };
 
-    let reserved = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
+    // Only growth needs room: a full node still takes updates that do not grow rows, and deletes.
+    let new_charge = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
+    let reserved = new_charge.saturating_sub(old_charge);
     if reserved > 0 && !node.budget.try_reserve(reserved) {
         return Err(ShoalError::new(
             ErrorCode::TableFull,

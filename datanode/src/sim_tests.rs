@@ -294,3 +294,46 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
         assert_eq!(sim.read_at(12, k).unwrap(), sim.read_at(11, k).unwrap(), "key {k} differs after the copy");
     }
 }
+
+#[tokio::test]
+async fn full_node_answers_table_full_and_keeps_serving() {
+    let mut sim = Sim::new(2);
+    // Shrink node memory: replace both nodes with ones that have 64 KiB of data memory.
+    for id in [11u32, 12] {
+        let (tx, rx) = mpsc::channel(64);
+        let old = sim.node(id);
+        let node = Node::new(
+            id,
+            1,
+            old.addr.clone(),
+            old.timing.clone(),
+            MemoryBudget::new(64 * 1024),
+            tx,
+            Arc::new(SimTransport(sim.net.clone())),
+        );
+        node.renew_lease(Instant::now(), Duration::from_secs(3600));
+        sim.net.nodes.lock().insert(id, node);
+        sim.reports.insert(id, rx);
+        sim.publish(id);
+    }
+    let mut full_at = None;
+    for k in 0..10_000 {
+        match sim.write(sim.primary_of(k), k, k).await {
+            Ok(()) => {}
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::TableFull, "{e}");
+                full_at = Some(k);
+                break;
+            }
+        }
+    }
+    let full_at = full_at.expect("64 KiB fills up");
+    assert!(full_at > 100, "only {full_at} rows fit");
+    // Reads and in-place updates still work; deletes make room again.
+    assert_eq!(sim.read_at(sim.primary_of(0), 0).unwrap(), Some(0));
+    sim.write(sim.primary_of(1), 1, 7).await.unwrap();
+    for k in 0..50 {
+        ops::write(sim.node(sim.primary_of(k)), sim.op(OpKind::Delete, k, 0)).await.unwrap();
+    }
+    sim.write(sim.primary_of(full_at), full_at, 1).await.unwrap();
+}

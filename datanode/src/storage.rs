@@ -133,8 +133,8 @@ impl PartitionStore {
         self.find(key).and_then(|i| self.slots[i as usize].as_ref())
     }
 
-    /// Writes a row whose memory the caller already reserved (`reserved` bytes). Returns what the
-    /// write freed from the budget's point of view.
+    /// Writes a row. The caller reserved `reserved` bytes of the budget for it beforehand; the
+    /// rest of its charge is taken now and the replaced row's charge is given back.
     pub fn put_reserved(&mut self, key: &[u8], data: Vec<u8>, seq: u64, reserved: u64) {
         let new_bytes = RowSlot::charge(key.len(), data.len());
         if new_bytes > reserved {

@@ -52,18 +52,34 @@ impl TestCluster {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         let base = free_base_port(10 + (node_groups * replicas) as u16);
+        let layout = [
+            "--node-groups".to_string(),
+            node_groups.to_string(),
+            "--replicas".into(),
+            replicas.to_string(),
+            "--mgmds".into(),
+            mgmds.to_string(),
+            "--base-port".into(),
+            base.to_string(),
+        ];
+        let mgmd_addrs = (0..mgmds).map(|i| format!("127.0.0.1:{}", base + i as u16)).collect();
+        let mut cluster = TestCluster { dir, up: None, mgmd_addrs, _serial: serial };
+        cluster.run_up(&layout);
+        cluster
+    }
+
+    /// Runs `shoal up` on the cluster's directory and waits for its `ready` line.
+    fn run_up(&mut self, extra: &[String]) {
         let mut up = Command::new(SHOAL)
             .args(["up", "--dir"])
-            .arg(&dir)
-            .args(["--node-groups", &node_groups.to_string()])
-            .args(["--replicas", &replicas.to_string()])
-            .args(["--mgmds", &mgmds.to_string()])
-            .args(["--base-port", &base.to_string()])
+            .arg(&self.dir)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start shoal up");
         let stdout = up.stdout.take().expect("piped stdout");
+        self.up = Some(up);
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -71,25 +87,44 @@ impl TestCluster {
                 let _ = tx.send(line);
             }
         });
-        let mgmd_addrs = (0..mgmds).map(|i| format!("127.0.0.1:{}", base + i as u16)).collect();
-        let cluster = TestCluster { dir, up: Some(up), mgmd_addrs, _serial: serial };
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(line) if line.starts_with("ready") => break,
+                Ok(line) if line.starts_with("ready") => return,
                 Ok(_) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    cluster.dump_logs();
+                    self.dump_logs();
                     panic!("shoal up exited before it was ready");
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
             if Instant::now() > deadline {
-                cluster.dump_logs();
+                self.dump_logs();
                 panic!("cluster not ready in time");
             }
         }
-        cluster
+    }
+
+    /// Stops `shoal up` (SIGTERM: it stops every node) and runs it again on the same directory.
+    pub fn restart(&mut self) {
+        self.stop_up();
+        assert!(self.node_pids().iter().all(|&p| !is_ours(p)), "shoal up left nodes running");
+        self.run_up(&[]);
+    }
+
+    fn stop_up(&mut self) {
+        if let Some(mut up) = self.up.take() {
+            unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = up.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = up.kill();
+            let _ = up.wait();
+        }
     }
 
     pub async fn client(&self) -> Client {
@@ -177,18 +212,7 @@ impl Drop for TestCluster {
         for pid in self.node_pids() {
             unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         }
-        if let Some(mut up) = self.up.take() {
-            unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = up.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = up.kill();
-            let _ = up.wait();
-        }
+        self.stop_up();
         // Whatever `shoal up` did not stop (it may have died): kill by pid file.
         for pid in self.node_pids() {
             if is_ours(pid) {
