@@ -3,6 +3,7 @@
 //! and retries transparently on stale epochs, moved primaries and failed nodes until the
 //! request's deadline. The SQL node, the CLI, the benchmarks and the tests all use it.
 
+pub mod batcher;
 pub mod mgmd;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
+pub use batcher::Batcher;
 pub use mgmd::MgmdPool;
 pub use shoal_proto::{Column, ColumnType};
 
@@ -31,6 +33,8 @@ pub type Row = Vec<Value>;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 /// Longest pause between retries.
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
+/// Batched requests in flight to one data node before further calls queue and merge.
+pub const MAX_INFLIGHT_PER_NODE: usize = 4;
 /// Most operations in one request to a data node (the data node's limit).
 pub const MAX_OPS_PER_REQUEST: usize = 1000;
 /// Rows per scan batch requested from a data node.
@@ -98,6 +102,8 @@ struct Inner {
     map: ArcSwap<ClusterState>,
     epoch_tx: watch::Sender<u64>,
     nodes: Mutex<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
+    /// Key-operation batchers per (data node, read-backup).
+    batchers: Mutex<HashMap<(NodeId, bool), AddressedBatcher>>,
     opts: ClientOptions,
     /// Hidden primary keys: a random prefix per client and a counter.
     hidden_prefix: u64,
@@ -145,6 +151,7 @@ impl Client {
             map: ArcSwap::from_pointee(map),
             epoch_tx,
             nodes: Mutex::new(HashMap::new()),
+            batchers: Mutex::new(HashMap::new()),
             opts,
             hidden_prefix: shoal_proto::hash::fmix64(nanos ^ u64::from(std::process::id())) << 32,
             hidden_next: AtomicU64::new(0),
@@ -485,20 +492,34 @@ impl Client {
         Ok(c)
     }
 
+    /// Sends `req` to `node` through that node's batcher, which merges it with concurrent
+    /// requests from other callers of this client.
     async fn send(&self, node: NodeId, req: pb::BatchRequest) -> Result<Vec<pb::OpResult>> {
-        let mut client = self.node_client(node)?;
-        let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
-        match tokio::time::timeout(attempt, client.execute(req)).await {
-            Ok(Ok(resp)) => {
-                let resp = resp.into_inner();
-                check(resp.error)?;
-                Ok(resp.results)
+        let batcher = self.batcher(node, req.read_backup)?;
+        batcher
+            .call(req)
+            .await
+            .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
+    }
+
+    fn batcher(&self, id: NodeId, read_backup: bool) -> Result<Arc<NodeBatcher>> {
+        let client = self.node_client(id)?;
+        let addr = self.map().node(id).map(|n| n.addr.clone()).unwrap_or_default();
+        let mut batchers = self.inner.batchers.lock();
+        if let Some((a, b)) = batchers.get(&(id, read_backup)) {
+            if *a == addr {
+                return Ok(b.clone());
             }
-            Ok(Err(status)) => {
-                Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", status.message())))
-            }
-            Err(_) => Err(ShoalError::new(ErrorCode::Timeout, format!("node {node} did not answer in {attempt:?}"))),
         }
+        let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
+        let b = Arc::new(Batcher::new(
+            MAX_INFLIGHT_PER_NODE,
+            MAX_OPS_PER_REQUEST,
+            |r: &pb::BatchRequest| r.ops.len(),
+            move |reqs: Vec<pb::BatchRequest>| execute_merged(client.clone(), id, attempt, reqs),
+        ));
+        batchers.insert((id, read_backup), (addr, b.clone()));
+        Ok(b)
     }
 
     // ----- scans -----
@@ -602,6 +623,45 @@ impl Client {
             }
         }
         Err((sent, ShoalError::new(ErrorCode::NodeNotReady, format!("node {node} ended the scan early"))))
+    }
+}
+
+type NodeBatcher = Batcher<pb::BatchRequest, Result<Vec<pb::OpResult>>>;
+/// A batcher and the node address it sends to.
+type AddressedBatcher = (String, Arc<NodeBatcher>);
+
+/// Sends several callers' requests to one data node as one, and splits the answer.
+async fn execute_merged(
+    mut client: DataNodeClient<Channel>,
+    node: NodeId,
+    attempt: Duration,
+    reqs: Vec<pb::BatchRequest>,
+) -> Vec<Result<Vec<pb::OpResult>>> {
+    let counts: Vec<usize> = reqs.iter().map(|r| r.ops.len()).collect();
+    let merged = pb::BatchRequest {
+        epoch: reqs.iter().map(|r| r.epoch).max().unwrap_or(0),
+        read_backup: reqs.first().is_some_and(|r| r.read_backup),
+        ops: reqs.into_iter().flat_map(|r| r.ops).collect(),
+        schema_version: 0,
+    };
+    let answer = match tokio::time::timeout(attempt, client.execute(merged)).await {
+        Ok(Ok(resp)) => {
+            let resp = resp.into_inner();
+            match check(resp.error) {
+                Ok(()) if resp.results.len() == counts.iter().sum::<usize>() => Ok(resp.results),
+                Ok(()) => Err(ShoalError::internal(format!("node {node} answered a different number of results"))),
+                Err(e) => Err(e),
+            }
+        }
+        Ok(Err(status)) => Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", status.message()))),
+        Err(_) => Err(ShoalError::new(ErrorCode::Timeout, format!("node {node} did not answer in {attempt:?}"))),
+    };
+    match answer {
+        Ok(results) => {
+            let mut results = results.into_iter();
+            counts.into_iter().map(|n| Ok(results.by_ref().take(n).collect())).collect()
+        }
+        Err(e) => counts.into_iter().map(|_| Err(e.clone())).collect(),
     }
 }
 

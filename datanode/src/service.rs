@@ -140,10 +140,22 @@ impl DataNode for Service {
         Ok(Response::new(Box::pin(out)))
     }
 
-    async fn replicate(&self, req: Request<pb::ReplicateRequest>) -> Result<Response<pb::ReplicateResponse>, Status> {
-        let msg = transport::replicate_from_pb(req.into_inner());
-        let error = crate::replication::apply(&self.node, msg).await.err().map(pb::Error::from);
-        Ok(Response::new(pb::ReplicateResponse { error }))
+    async fn replicate(
+        &self,
+        req: Request<pb::ReplicateBatchRequest>,
+    ) -> Result<Response<pb::ReplicateBatchResponse>, Status> {
+        let parts = req.into_inner().parts;
+        if parts.len() > crate::transport::MAX_REPLICATE_PARTS {
+            return Err(Status::invalid_argument("too many parts in one replication batch"));
+        }
+        let mut results = Vec::with_capacity(parts.len());
+        // In order: a later part may depend on an earlier one's epoch catch-up.
+        for part in parts {
+            let msg = transport::replicate_from_pb(part);
+            let error = crate::replication::apply(&self.node, msg).await.err().map(pb::Error::from);
+            results.push(pb::ReplicateResponse { error });
+        }
+        Ok(Response::new(pb::ReplicateBatchResponse { results }))
     }
 
     type CopyPartitionStream = BoxStream<pb::CopyChunk>;

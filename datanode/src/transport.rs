@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use shoal_client::Batcher;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, PartitionId, ShoalError, TableId};
 use tokio::sync::mpsc;
@@ -68,7 +69,7 @@ pub fn image_from_pb(img: pb::RowImage) -> Image {
     Image { key: img.key, data: (!img.deleted).then_some(img.row), seq: img.seq }
 }
 
-pub fn replicate_to_pb(m: &Replicate) -> pb::ReplicateRequest {
+fn replicate_to_pb(m: &Replicate) -> pb::ReplicateRequest {
     pb::ReplicateRequest {
         from: m.from,
         table_id: m.table,
@@ -103,23 +104,57 @@ pub fn chunk_to_pb(chunk: Result<Vec<Image>, ShoalError>) -> pb::CopyChunk {
 
 /// One attempt to reach a replica.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Replication batches in flight to one peer before further writes queue and merge.
+const MAX_INFLIGHT_PER_PEER: usize = 4;
+/// Most partition messages merged into one replication request.
+pub const MAX_REPLICATE_PARTS: usize = 1024;
 /// Copy chunks buffered ahead of the applying side.
 const COPY_QUEUE: usize = 4;
+
+type ReplicateBatcher = Batcher<Replicate, Result<(), ShoalError>>;
+
+struct Peer {
+    addr: String,
+    client: DataNodeClient<Channel>,
+    /// Merges concurrent writes' replication to this peer into one request.
+    replicate: Arc<ReplicateBatcher>,
+}
 
 /// Peers over gRPC: one lazily connected channel per peer, kept while its address holds.
 #[derive(Default)]
 pub struct GrpcTransport {
-    peers: ArcSwap<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
+    peers: ArcSwap<HashMap<NodeId, Arc<Peer>>>,
 }
 
 impl GrpcTransport {
-    fn peer(&self, id: NodeId) -> Result<DataNodeClient<Channel>, ShoalError> {
+    fn peer(&self, id: NodeId) -> Result<Arc<Peer>, ShoalError> {
         self.peers
             .load()
             .get(&id)
-            .map(|(_, c)| c.clone())
+            .cloned()
             .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, format!("no address for node {id}")))
     }
+}
+
+async fn replicate_merged(
+    mut client: DataNodeClient<Channel>,
+    to: NodeId,
+    msgs: Vec<Replicate>,
+) -> Vec<Result<(), ShoalError>> {
+    let n = msgs.len();
+    let req = pb::ReplicateBatchRequest { parts: msgs.iter().map(replicate_to_pb).collect() };
+    let answer = match tokio::time::timeout(ATTEMPT_TIMEOUT, client.replicate(req)).await {
+        Ok(Ok(resp)) => {
+            let results = resp.into_inner().results;
+            if results.len() == n {
+                return results.into_iter().map(|r| shoal_proto::convert::check(r.error)).collect();
+            }
+            unreachable(to, "answered a different number of results")
+        }
+        Ok(Err(status)) => unreachable(to, status.message()),
+        Err(_) => unreachable(to, "timed out"),
+    };
+    vec![Err(answer); n]
 }
 
 fn unreachable(id: NodeId, what: impl std::fmt::Display) -> ShoalError {
@@ -128,21 +163,17 @@ fn unreachable(id: NodeId, what: impl std::fmt::Display) -> ShoalError {
 
 impl Transport for GrpcTransport {
     fn replicate(&self, to: NodeId, msg: Replicate) -> BoxFuture<Result<(), ShoalError>> {
-        let client = self.peer(to);
+        let peer = self.peer(to);
         Box::pin(async move {
-            let mut client = client?;
-            match tokio::time::timeout(ATTEMPT_TIMEOUT, client.replicate(replicate_to_pb(&msg))).await {
-                Ok(Ok(resp)) => shoal_proto::convert::check(resp.into_inner().error),
-                Ok(Err(status)) => Err(unreachable(to, status.message())),
-                Err(_) => Err(unreachable(to, "timed out")),
-            }
+            let peer = peer?;
+            peer.replicate.call(msg).await.unwrap_or_else(|| Err(unreachable(to, "sender stopped")))
         })
     }
 
     fn copy(&self, from: NodeId, req: CopyRequest) -> BoxFuture<Result<CopyStream, ShoalError>> {
-        let client = self.peer(from);
+        let peer = self.peer(from);
         Box::pin(async move {
-            let mut client = client?;
+            let mut client = peer?.client.clone();
             let pb_req =
                 pb::CopyRequest { to: req.to, table_id: req.table, partition: req.partition, epoch: req.epoch };
             let mut stream =
@@ -168,13 +199,13 @@ impl Transport for GrpcTransport {
     fn update_peers(&self, map: &ClusterState) {
         let cur = self.peers.load();
         let data_nodes = || map.nodes.iter().filter(|n| n.kind == NodeKind::DataNode);
-        if data_nodes().all(|n| cur.get(&n.id).is_some_and(|(a, _)| *a == n.addr)) {
+        if data_nodes().all(|n| cur.get(&n.id).is_some_and(|p| p.addr == n.addr)) {
             return;
         }
         let mut peers = HashMap::new();
         for n in data_nodes() {
-            if let Some((a, c)) = cur.get(&n.id).filter(|(a, _)| *a == n.addr) {
-                peers.insert(n.id, (a.clone(), c.clone()));
+            if let Some(p) = cur.get(&n.id).filter(|p| p.addr == n.addr) {
+                peers.insert(n.id, p.clone());
                 continue;
             }
             match Endpoint::from_shared(format!("http://{}", n.addr)) {
@@ -187,7 +218,15 @@ impl Transport for GrpcTransport {
                     let client = DataNodeClient::new(ch)
                         .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
                         .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
-                    peers.insert(n.id, (n.addr.clone(), client));
+                    let to = n.id;
+                    let sender = client.clone();
+                    let replicate = Arc::new(Batcher::new(
+                        MAX_INFLIGHT_PER_PEER,
+                        MAX_REPLICATE_PARTS,
+                        |_: &Replicate| 1,
+                        move |msgs| replicate_merged(sender.clone(), to, msgs),
+                    ));
+                    peers.insert(n.id, Arc::new(Peer { addr: n.addr.clone(), client, replicate }));
                 }
                 Err(e) => tracing::warn!(node = n.id, addr = %n.addr, "bad peer address: {e}"),
             }
