@@ -116,6 +116,14 @@ async fn kill9_data_node_under_load_loses_no_acknowledged_write() {
     let out = cluster.shoal(&["node", "start", "11"]);
     assert!(out.status.success());
     cluster.wait_status("node 11 up again", Duration::from_secs(30), |s| TestCluster::node(s, 11)["state"] == "up");
+    // mgmd hands node 11 its share of primaries back; the load runs across the hand-over.
+    let bench = bench_verify(&cluster, 5);
+    cluster.wait_status("primaries rebalanced", Duration::from_secs(30), |s| {
+        TestCluster::node(s, 11)["primaries"] == 4 && TestCluster::node(s, 12)["primaries"] == 4
+    });
+    let text = finish(bench);
+    assert_eq!(field(&text, "lost"), 0.0, "acknowledged writes lost across the hand-over");
+    assert_eq!(field(&text, "errors"), 0.0, "the client saw errors across the hand-over");
     let client = cluster.client().await;
     let keys: Vec<Vec<Value>> = (0..2000u64).map(|k| vec![Value::Uint(k)]).collect();
     let from_12 = client.batch_get("bench_kv", keys.clone()).await.unwrap();

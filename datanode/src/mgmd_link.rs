@@ -136,7 +136,7 @@ pub async fn watch_loop(node: Arc<Node>, link: Arc<MgmdLink>) {
 
 fn install(node: &Arc<Node>, link: &Arc<MgmdLink>, state: ClusterState) {
     let epoch = state.epoch;
-    if let Some(sync_epoch) = node.install_map(state) {
+    if let Some(sync_epoch) = crate::node::apply_map(node, state) {
         tokio::spawn(sync_and_report(node.clone(), sync_epoch, link.clone()));
     }
     tracing::debug!(epoch, "installed cluster map");

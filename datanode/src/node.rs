@@ -5,7 +5,7 @@
 //! snapshots: no lock is shared between requests. Only installing a new map (control path)
 //! serializes on `install_lock`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +45,11 @@ pub struct Node {
     pub transport: Arc<dyn Transport>,
     epoch_tx: watch::Sender<Epoch>,
     install_lock: Mutex<()>,
+    /// Primary terms this node passed the activation barrier for, per partition id (control
+    /// path only; the data path reads each replica's copy).
+    activated: Mutex<HashMap<PartitionId, Epoch>>,
+    /// Activations running now.
+    activating: Mutex<HashSet<(PartitionId, Epoch)>>,
     /// The sync (copy from the primaries) this node runs or ran last; 0 = none.
     sync_epoch: AtomicU64,
     start: Instant,
@@ -80,6 +85,8 @@ impl Node {
             transport,
             epoch_tx,
             install_lock: Mutex::new(()),
+            activated: Mutex::new(HashMap::new()),
+            activating: Mutex::new(HashSet::new()),
             sync_epoch: AtomicU64::new(0),
             start: Instant::now(),
             lease_until_ns: AtomicU64::new(0),
@@ -153,6 +160,21 @@ impl Node {
         Ok(())
     }
 
+    /// As primary, may this replica serve now? Not before this node passed the activation
+    /// barrier for the partition's current term, and not once a newer primary was seen.
+    pub fn check_active(&self, part: &Partition, pa: &PartitionAssignment) -> Result<(), ShoalError> {
+        if part.term() > pa.primary_term {
+            return Err(ShoalError::not_primary(None, "a newer primary took over"));
+        }
+        if part.active_term() < pa.primary_term {
+            return Err(ShoalError::new(
+                ErrorCode::NodeNotReady,
+                format!("node {} is still taking over partition {}", self.id, pa.partition),
+            ));
+        }
+        Ok(())
+    }
+
     /// May this node serve committed reads of `pa` as a replica (read-backup)?
     pub fn check_readable(&self, map: &ClusterState, pa: &PartitionAssignment) -> Result<(), ShoalError> {
         match pa.replica(self.id) {
@@ -187,12 +209,14 @@ impl Node {
         }
     }
 
-    /// Installs a newer cluster map. Returns the epoch of a sync this node must now run.
-    pub fn install_map(&self, new: ClusterState) -> Option<Epoch> {
+    /// Installs a newer cluster map and says what the node must start because of it.
+    pub fn install_map(&self, new: ClusterState) -> MapChange {
         let _g = self.install_lock.lock();
+        let mut change = MapChange::default();
         if new.epoch <= self.epoch() {
-            return None;
+            return change;
         }
+        let activated = self.activated.lock().clone();
         let old_parts = self.parts.load_full();
         let me = new.node(self.id).filter(|n| n.incarnation == self.incarnation).cloned();
         let mut parts: PartitionTable = HashMap::new();
@@ -202,16 +226,28 @@ impl Node {
                     if pa.replica(self.id).is_none() {
                         continue;
                     }
-                    let part = old_parts
-                        .get(&(t.id, pa.partition))
-                        .cloned()
-                        .unwrap_or_else(|| Arc::new(Partition::new(t.id, pa.partition, self.budget.clone())));
+                    let part = old_parts.get(&(t.id, pa.partition)).cloned().unwrap_or_else(|| {
+                        let part = Partition::new(t.id, pa.partition, self.budget.clone());
+                        part.activate(activated.get(&pa.partition).copied().unwrap_or(0));
+                        Arc::new(part)
+                    });
                     part.raise_term(pa.primary_term);
                     parts.insert((t.id, pa.partition), part);
                 }
             }
         }
-        let mut start_sync = None;
+        if me.is_some() {
+            let mut activating = self.activating.lock();
+            for pa in &new.partitions {
+                let done = activated.get(&pa.partition).copied().unwrap_or(0);
+                if pa.primary == Some(self.id)
+                    && done < pa.primary_term
+                    && activating.insert((pa.partition, pa.primary_term))
+                {
+                    change.activate.push((pa.partition, pa.primary_term));
+                }
+            }
+        }
         if let Some(me) = &me {
             if me.state == NodeState::Starting && me.sync_epoch != 0 && me.sync_epoch != self.sync_epoch() {
                 // A new copy: whatever this node held may be stale. Start every replica empty
@@ -220,7 +256,7 @@ impl Node {
                     part.store.lock().begin_fill();
                 }
                 self.sync_epoch.store(me.sync_epoch, Ordering::Release);
-                start_sync = Some(me.sync_epoch);
+                change.sync = Some(me.sync_epoch);
             }
         }
         if me.as_ref().is_none_or(|m| m.state == NodeState::Down) {
@@ -232,6 +268,70 @@ impl Node {
         let epoch = new.epoch;
         self.map.store(Arc::new(new));
         self.epoch_tx.send_replace(epoch);
-        start_sync
+        change
     }
+
+    /// Records that this node passed the activation barrier of `term` for `partition`.
+    pub fn mark_active(&self, partition: PartitionId, term: Epoch) {
+        {
+            let mut activated = self.activated.lock();
+            let e = activated.entry(partition).or_default();
+            *e = (*e).max(term);
+        }
+        for part in self.parts.load().values().filter(|p| p.id == partition) {
+            part.activate(term);
+        }
+    }
+
+    fn activation_over(&self, partition: PartitionId, term: Epoch) {
+        self.activating.lock().remove(&(partition, term));
+    }
+}
+
+/// What installing a map asks of the node.
+#[derive(Debug, Default)]
+pub struct MapChange {
+    /// A node-restart copy to run, in this sync epoch.
+    pub sync: Option<Epoch>,
+    /// Partitions this node became primary of: (partition, term) to activate.
+    pub activate: Vec<(PartitionId, Epoch)>,
+}
+
+/// Installs `map` and starts what it asks for: the activation barrier of every partition this
+/// node now leads. Returns the sync epoch of a node-restart copy the caller must run.
+pub fn apply_map(node: &Arc<Node>, map: ClusterState) -> Option<Epoch> {
+    let change = node.install_map(map);
+    for (partition, term) in change.activate {
+        tokio::spawn(activate(node.clone(), partition, term));
+    }
+    change.sync
+}
+
+/// The activation barrier: a new primary serves a partition only after every other replica
+/// has installed the map that made it primary. From then on no replica accepts writes from an
+/// older primary, and an old primary that is still alive knows it is not primary any more, so
+/// two nodes never serve one partition at once, also when mgmd moves a primary on purpose.
+async fn activate(node: Arc<Node>, partition: PartitionId, term: Epoch) {
+    for attempt in 0u32.. {
+        let map = node.map();
+        let Some(pa) = map.partition(partition) else { break };
+        if pa.primary != Some(node.id) || pa.primary_term != term {
+            break;
+        }
+        match crate::replication::replicate(&node, &map, crate::replication::BARRIER_TABLE, pa, vec![]).await {
+            Ok(()) => {
+                node.mark_active(partition, term);
+                tracing::debug!(partition, term, "primary activated");
+                break;
+            }
+            Err(e) if e.code == ErrorCode::NotPrimary => break,
+            Err(e) => {
+                if attempt.is_multiple_of(20) {
+                    tracing::warn!(partition, term, "activation barrier failed, retrying: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    node.activation_over(partition, term);
 }

@@ -73,8 +73,8 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>
     let part = node
         .partition(op.table, op.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    if !read_backup && part.term() > pa.primary_term {
-        return Err(ShoalError::not_primary(None, "a newer primary took over"));
+    if !read_backup {
+        node.check_active(&part, pa)?;
     }
     let data = part.store.lock().get(&key).map(|s| s.data.to_vec());
     data.map(|d| decode_row(&table, &d)).transpose()
@@ -93,9 +93,7 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
     let part = node
         .partition(op.table, op.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    if part.term() > pa.primary_term {
-        return Err(ShoalError::not_primary(None, "a newer primary took over"));
-    }
+    node.check_active(&part, &pa)?;
 
     let mut full_row = None;
     let mut update_values = op.row;

@@ -23,6 +23,9 @@ pub struct Partition {
     seq: AtomicU64,
     /// Highest primary term seen for this partition (from the map or from a primary).
     term: AtomicU64,
+    /// The primary term for which this node, as primary, has passed the activation barrier
+    /// (every other replica installed the map that made it primary).
+    active_term: AtomicU64,
     locks: RowLocks,
     /// Writes in flight at this primary, counted by the map epoch they chose replicas from.
     inflight: Mutex<BTreeMap<Epoch, u32>>,
@@ -36,6 +39,7 @@ impl Partition {
             store: Mutex::new(PartitionStore::new(budget)),
             seq: AtomicU64::new(0),
             term: AtomicU64::new(0),
+            active_term: AtomicU64::new(0),
             locks: RowLocks::default(),
             inflight: Mutex::new(BTreeMap::new()),
         }
@@ -56,6 +60,14 @@ impl Partition {
     /// Records a term; returns the highest seen.
     pub fn raise_term(&self, term: u64) -> u64 {
         self.term.fetch_max(term, Ordering::AcqRel).max(term)
+    }
+
+    pub fn active_term(&self) -> u64 {
+        self.active_term.load(Ordering::Acquire)
+    }
+
+    pub fn activate(&self, term: u64) {
+        self.active_term.fetch_max(term, Ordering::AcqRel);
     }
 
     pub async fn lock_row(&self, key: &[u8], wait: Duration) -> Result<RowGuard<'_>, ShoalError> {

@@ -15,6 +15,10 @@ use crate::node::Node;
 use crate::storage::Image;
 use crate::transport::Replicate;
 
+/// Table id of an activation barrier: a message with no rows that a new primary sends to every
+/// other replica (see `node::apply_map`). Real tables start at 1.
+pub const BARRIER_TABLE: TableId = 0;
+
 /// Pause between attempts.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// After this long without an answer from a replica, ask mgmd to declare it failed.
@@ -86,6 +90,15 @@ async fn send_to(node: &Node, to: NodeId, pa: &PartitionAssignment, msg: Replica
 pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
     node.ensure_epoch(req.epoch).await?;
     let map = node.map();
+    if req.table == BARRIER_TABLE {
+        let pa = map
+            .partition(req.partition)
+            .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", req.partition)))?;
+        if req.primary_term < pa.primary_term || pa.primary != Some(req.from) {
+            return Err(ShoalError::stale_epoch(map.epoch, req.epoch));
+        }
+        return Ok(());
+    }
     let table = map
         .table_by_id(req.table)
         .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} does not exist", req.table)))?;

@@ -81,6 +81,9 @@ async fn scan(node: &Node, spec: ScanSpec, tx: &mpsc::Sender<Batch>) -> Result<(
     let part = node
         .partition(spec.table, spec.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    if !spec.read_backup {
+        node.check_active(&part, pa)?;
+    }
     let batch_rows = match spec.batch_rows {
         0 => DEFAULT_BATCH_ROWS,
         n => n.min(MAX_BATCH_ROWS),

@@ -63,7 +63,7 @@ struct Sim {
 
 impl Sim {
     /// One node group of `replicas` data nodes (ids 11..), all up, with table `t`.
-    fn new(replicas: u32) -> Sim {
+    async fn new(replicas: u32) -> Sim {
         let config = ClusterConfig {
             cluster: ClusterSection {
                 name: "sim".into(),
@@ -96,7 +96,24 @@ impl Sim {
         };
         sim.apply(Command::CreateTable { spec, if_not_exists: false });
         sim.publish_all();
+        sim.settle().await;
         sim
+    }
+
+    /// Waits until every primary passed its activation barrier.
+    async fn settle(&self) {
+        let table = self.table();
+        for _ in 0..500 {
+            let active = self.model.cluster.partitions.iter().all(|pa| {
+                let Some(primary) = pa.primary else { return true };
+                self.node(primary).partition(table.id, pa.partition).is_some_and(|p| p.active_term() >= pa.primary_term)
+            });
+            if active {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("primaries did not activate");
     }
 
     /// Starts a node process (a fresh incarnation) holding a long lease.
@@ -126,7 +143,7 @@ impl Sim {
 
     /// Gives node `id` the current map; returns a sync epoch it must run.
     fn publish(&self, id: NodeId) -> Option<u64> {
-        self.node(id).install_map(self.model.cluster.clone())
+        crate::node::apply_map(&self.node(id), self.model.cluster.clone())
     }
 
     fn publish_all(&self) {
@@ -167,7 +184,7 @@ impl Sim {
 
 #[tokio::test]
 async fn acknowledged_write_is_on_every_replica() {
-    let sim = Sim::new(3);
+    let sim = Sim::new(3).await;
     for k in 0..50 {
         sim.write(sim.primary_of(k), k, k * 10).await.unwrap();
         for id in [11, 12, 13] {
@@ -184,7 +201,7 @@ async fn acknowledged_write_is_on_every_replica() {
 
 #[tokio::test]
 async fn unreachable_backup_is_reported_and_the_write_completes_once_it_is_removed() {
-    let mut sim = Sim::new(2);
+    let mut sim = Sim::new(2).await;
     let k = 3;
     let primary = sim.primary_of(k);
     let backup = if primary == 11 { 12 } else { 11 };
@@ -209,7 +226,7 @@ async fn unreachable_backup_is_reported_and_the_write_completes_once_it_is_remov
 
 #[tokio::test]
 async fn deposed_primary_cannot_commit() {
-    let mut sim = Sim::new(2);
+    let mut sim = Sim::new(2).await;
     let k = 5;
     sim.write(sim.primary_of(k), k, 1).await.unwrap();
     let old = sim.primary_of(k);
@@ -218,6 +235,7 @@ async fn deposed_primary_cannot_commit() {
     // as it would be for a node the failure detector misjudged).
     sim.apply(Command::Down { id: old, incarnation: 1, reason: "test".into() });
     sim.publish(new);
+    sim.settle().await;
     assert_eq!(sim.primary_of(k), new);
     let e = sim.write(old, k, 2).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::NotPrimary, "{e}");
@@ -230,7 +248,7 @@ async fn deposed_primary_cannot_commit() {
 
 #[tokio::test]
 async fn no_lease_no_service() {
-    let sim = Sim::new(2);
+    let sim = Sim::new(2).await;
     let k = 1;
     let primary = sim.primary_of(k);
     sim.node(primary).drop_lease();
@@ -242,7 +260,7 @@ async fn no_lease_no_service() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_node_copies_while_writes_and_deletes_continue() {
-    let mut sim = Sim::new(2);
+    let mut sim = Sim::new(2).await;
     for k in 0..400 {
         sim.write(sim.primary_of(k), k, 0).await.unwrap();
     }
@@ -297,7 +315,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
 
 #[tokio::test]
 async fn full_node_answers_table_full_and_keeps_serving() {
-    let mut sim = Sim::new(2);
+    let mut sim = Sim::new(2).await;
     // Shrink node memory: replace both nodes with ones that have 64 KiB of data memory.
     for id in [11u32, 12] {
         let (tx, rx) = mpsc::channel(64);
@@ -316,6 +334,7 @@ async fn full_node_answers_table_full_and_keeps_serving() {
         sim.reports.insert(id, rx);
         sim.publish(id);
     }
+    sim.settle().await;
     let mut full_at = None;
     for k in 0..10_000 {
         match sim.write(sim.primary_of(k), k, k).await {
@@ -336,4 +355,45 @@ async fn full_node_answers_table_full_and_keeps_serving() {
         ops::write(sim.node(sim.primary_of(k)), sim.op(OpKind::Delete, k, 0)).await.unwrap();
     }
     sim.write(sim.primary_of(full_at), full_at, 1).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_primary_serves_only_after_the_old_one_stopped() {
+    let mut sim = Sim::new(2).await;
+    // Node 12 restarts and catches up; all primaries are on node 11 now.
+    sim.apply(Command::Down { id: 12, incarnation: 1, reason: "restart".into() });
+    sim.publish(11);
+    let join = sim.boot(12, 2);
+    sim.apply(Command::Join { nodes: vec![join] });
+    sim.publish(11);
+    let sync_epoch = sim.publish(12).expect("node 12 must copy");
+    crate::sync::run(&sim.node(12), sync_epoch).await.expect("sync completes");
+    sim.apply(Command::Synced { id: 12, incarnation: 2, sync_epoch });
+    sim.publish_all();
+    let k = (0..100).find(|&k| {
+        let p = codec::partition_of_key(&sim.table(), &[Value::Int(k)]);
+        sim.model.misplaced_primaries().contains(&p)
+    });
+    let k = k.expect("a partition to move back to node 12");
+    sim.write(11, k, 1).await.unwrap();
+
+    // mgmd moves the partition back to node 12; only node 12 has heard so far.
+    sim.apply(Command::Rebalance);
+    assert_eq!(sim.primary_of(k), 12);
+    sim.publish(12);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Node 12 must not serve yet; node 11 still believes it leads, but node 12 refuses its
+    // writes, so nothing can commit on either side until the hand-over is complete.
+    let e = sim.write(12, k, 2).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NodeNotReady, "{e}");
+    assert_eq!(sim.write(11, k, 3).await.unwrap_err().code, ErrorCode::NotPrimary);
+    let at_11 = ops::read(&sim.node(11), sim.op(OpKind::Read, k, 0), false).unwrap();
+    assert_eq!(at_11.map(|r| r[1].clone()), Some(Value::Int(1)), "the old primary still has the committed value");
+    // Node 11 learns the new map: from now on only node 12 serves.
+    sim.publish(11);
+    sim.settle().await;
+    assert_eq!(sim.write(11, k, 4).await.unwrap_err().code, ErrorCode::NotPrimary);
+    sim.write(12, k, 5).await.unwrap();
+    assert_eq!(sim.read_at(11, k).unwrap(), Some(5));
+    assert_eq!(sim.read_at(12, k).unwrap(), Some(5));
 }

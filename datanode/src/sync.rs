@@ -56,6 +56,7 @@ async fn copy_rows(
     let part = node
         .partition(req.table, req.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {} is not here", req.table)))?;
+    node.check_active(&part, pa)?;
     let start = Instant::now();
     while !part.writes_before_drained(req.epoch) {
         if start.elapsed() > DRAIN_WAIT {

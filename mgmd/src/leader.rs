@@ -29,6 +29,8 @@ pub const LEADER_TICK_MS: u64 = 50;
 /// A group with no live primary waits this long after its first join request for the rest
 /// of its nodes, so that they start together and share the primaries.
 pub const GROUP_START_WAIT_MS: u64 = 3000;
+/// A primary away from its preferred (up, complete) node this long is moved back.
+pub const REBALANCE_AFTER_MS: u64 = 1000;
 /// Pause before proposing a join or bootstrap again after a failed attempt.
 pub const RETRY_AFTER_MS: u64 = 500;
 /// Upper bound on one quorum confirmation round.
@@ -79,6 +81,9 @@ struct Term {
     downs_in_flight: HashSet<NodeId>,
     bootstrap_in_flight: bool,
     bootstrap_not_before: Instant,
+    /// Since when some primary has been away from its preferred node.
+    misplaced_since: Option<Instant>,
+    rebalance_in_flight: bool,
 }
 
 impl Term {
@@ -94,6 +99,8 @@ impl Term {
             downs_in_flight: HashSet::new(),
             bootstrap_in_flight: false,
             bootstrap_not_before: now,
+            misplaced_since: None,
+            rebalance_in_flight: false,
         }
     }
 
@@ -232,6 +239,33 @@ impl Leader {
         }
         self.detect_failures(t, &cluster, &config, now);
         self.propose_due_joins(t, &cluster, &config, now);
+        self.propose_rebalance(t, &cluster, &config, now);
+    }
+
+    /// Moves primaries back to their preferred nodes once those have been up and complete for
+    /// a while (after a node restart), so every node again leads its share. The data nodes'
+    /// activation barrier makes the hand-over safe.
+    fn propose_rebalance(self: &Arc<Self>, t: &mut Term, cluster: &ClusterState, config: &ClusterConfig, now: Instant) {
+        let misplaced = crate::state::misplaced_primaries(cluster, config.node_groups());
+        if misplaced.is_empty() {
+            t.misplaced_since = None;
+            return;
+        }
+        let since = *t.misplaced_since.get_or_insert(now);
+        if t.rebalance_in_flight || now.saturating_duration_since(since) < Duration::from_millis(REBALANCE_AFTER_MS) {
+            return;
+        }
+        t.rebalance_in_flight = true;
+        tracing::info!(partitions = ?misplaced, "moving primaries back to their preferred nodes");
+        let (me, term) = (self.clone(), t.term);
+        tokio::spawn(async move {
+            let res = me.consensus.propose(Command::Rebalance).await;
+            log_result("rebalance", &res);
+            if let Some(t) = me.term.lock().as_mut().filter(|t| t.term == term) {
+                t.rebalance_in_flight = false;
+                t.misplaced_since = None;
+            }
+        });
     }
 
     fn spawn_bootstrap(self: &Arc<Self>, term: u64) {

@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use shoal_proto::config::ClusterConfig;
 use shoal_proto::{
-    ClusterState, Epoch, ErrorCode, Node, NodeId, NodeKind, NodeState, PartitionAssignment, Replica, ShoalError, Table,
-    TableSpec,
+    ClusterState, Epoch, ErrorCode, Node, NodeId, NodeKind, NodeState, PartitionAssignment, PartitionId, Replica,
+    ShoalError, Table, TableSpec,
 };
 
 /// Most tables in one cluster.
@@ -53,6 +53,8 @@ pub enum Command {
         name: String,
         if_exists: bool,
     },
+    /// Moves primaries back to their preferred nodes, where those are up and complete.
+    Rebalance,
 }
 
 impl Command {
@@ -65,6 +67,7 @@ impl Command {
             Command::Down { .. } => "down",
             Command::CreateTable { .. } => "create-table",
             Command::DropTable { .. } => "drop-table",
+            Command::Rebalance => "rebalance",
         }
     }
 }
@@ -88,6 +91,34 @@ fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
     ShoalError::new(code, msg)
 }
 
+/// The data node that should be primary of `partition` when its whole group is up: the
+/// primaries of a group rotate over its members so each carries an equal share.
+pub fn preferred_primary(cluster: &ClusterState, groups: u32, partition: &PartitionAssignment) -> Option<NodeId> {
+    let members: Vec<NodeId> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::DataNode && n.node_group == partition.node_group)
+        .map(|n| n.id)
+        .collect();
+    members.get(((partition.partition / groups.max(1)) as usize) % members.len().max(1)).copied()
+}
+
+/// See [`Model::misplaced_primaries`].
+pub fn misplaced_primaries(cluster: &ClusterState, groups: u32) -> Vec<PartitionId> {
+    cluster
+        .partitions
+        .iter()
+        .filter(|p| p.primary.is_some())
+        .filter(|p| {
+            let Some(want) = preferred_primary(cluster, groups, p) else { return false };
+            let up = cluster.node(want).is_some_and(|n| n.state == NodeState::Up);
+            let complete = p.replica(want).is_some_and(|r| !r.syncing);
+            p.primary != Some(want) && up && complete
+        })
+        .map(|p| p.partition)
+        .collect()
+}
+
 impl Model {
     pub fn is_bootstrapped(&self) -> bool {
         self.config.is_some()
@@ -102,6 +133,7 @@ impl Model {
             Command::Down { id, incarnation, reason: _ } => self.down(id, incarnation),
             Command::CreateTable { spec, if_not_exists } => self.create_table(spec, if_not_exists),
             Command::DropTable { name, if_exists } => self.drop_table(&name, if_exists),
+            Command::Rebalance => self.rebalance(),
         };
         match result {
             Ok(mut out) => {
@@ -194,15 +226,26 @@ impl Model {
     /// The data node that should be primary of `partition` when its whole group is up: the
     /// primaries of a group rotate over its members so each carries an equal share.
     fn preferred_primary(&self, partition: &PartitionAssignment) -> Option<NodeId> {
-        let members: Vec<NodeId> = self
-            .cluster
-            .nodes
-            .iter()
-            .filter(|n| n.kind == NodeKind::DataNode && n.node_group == partition.node_group)
-            .map(|n| n.id)
-            .collect();
-        let groups = self.config.as_ref()?.node_groups().max(1);
-        members.get(((partition.partition / groups) as usize) % members.len().max(1)).copied()
+        preferred_primary(&self.cluster, self.config.as_ref()?.node_groups(), partition)
+    }
+
+    /// Partitions whose preferred primary is up with a complete replica but does not lead them
+    /// (after a restart, say). [`Command::Rebalance`] moves them back.
+    pub fn misplaced_primaries(&self) -> Vec<PartitionId> {
+        let Some(config) = &self.config else { return vec![] };
+        misplaced_primaries(&self.cluster, config.node_groups())
+    }
+
+    fn rebalance(&mut self) -> CommandResult {
+        let groups = self.config()?.node_groups();
+        for i in misplaced_primaries(&self.cluster, groups) {
+            let p = &self.cluster.partitions[i as usize];
+            let to = preferred_primary(&self.cluster, groups, p);
+            let p = &mut self.cluster.partitions[i as usize];
+            p.primary = to;
+            p.primary_term = 0; // stamped with the new epoch in apply()
+        }
+        Ok(Outcome::default())
     }
 
     fn join(&mut self, nodes: Vec<JoinInfo>) -> CommandResult {
@@ -465,6 +508,29 @@ mod tests {
         check(&m);
         assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Up);
         assert!(m.cluster.partitions.iter().all(|p| !p.replica(11).unwrap().syncing));
+    }
+
+    #[test]
+    fn rebalance_gives_a_restarted_node_its_primaries_back() {
+        let mut m = started(1, 2);
+        assert!(m.misplaced_primaries().is_empty());
+        m.apply(Command::Down { id: 11, incarnation: 1, reason: "test".into() }).unwrap();
+        let out = m.apply(Command::Join { nodes: vec![join(11, 2)] }).unwrap();
+        assert!(m.misplaced_primaries().is_empty(), "a syncing node leads nothing");
+        m.apply(Command::Synced { id: 11, incarnation: 2, sync_epoch: out.epoch }).unwrap();
+        assert_eq!(m.misplaced_primaries().len(), 2, "half of the 4 partitions belong on node 11");
+        let e = m.cluster.epoch;
+        m.apply(Command::Rebalance).unwrap();
+        check(&m);
+        assert!(m.misplaced_primaries().is_empty());
+        for node in [11, 12] {
+            assert_eq!(m.cluster.partitions.iter().filter(|p| p.primary == Some(node)).count(), 2);
+        }
+        // Moved partitions start a new term; the others keep theirs.
+        assert_eq!(m.cluster.partitions.iter().filter(|p| p.primary_term == e + 1).count(), 2);
+        // Nothing to move: no new epoch.
+        m.apply(Command::Rebalance).unwrap();
+        assert_eq!(m.cluster.epoch, e + 1);
     }
 
     #[test]
