@@ -19,6 +19,12 @@ use clap::Parser;
 pub use args::{MgmdArgs, MgmdOptions};
 pub use daemon::{start, Running};
 
+/// Default log filter (RUST_LOG replaces it). openraft's core logs an ERROR for every peer that
+/// misses a leadership confirmation, and the leader confirms every 50 ms to grant leases, so
+/// one mgmd down would write ~20 error lines a second; its fatal errors still reach us through
+/// `Running::fatal`, which is logged.
+pub const DEFAULT_LOG_FILTER: &str = "info,openraft::core::raft_core=off";
+
 /// Worker threads of the mgmd's runtime: it is a small control-plane process.
 pub const WORKER_THREADS: usize = 2;
 
@@ -47,7 +53,7 @@ pub async fn run(args: MgmdArgs) -> anyhow::Result<()> {
 pub fn main_entry() {
     let args = MgmdArgs::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     // Logs go to stderr, colored only on a terminal so log files stay plain text.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
