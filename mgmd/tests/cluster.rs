@@ -126,8 +126,8 @@ fn spec(name: &str) -> pb::TableSpec {
     pb::TableSpec {
         name: name.into(),
         columns: vec![
-            pb::Column { name: "k".into(), r#type: pb::ColumnType::Int as i32, nullable: false, max_len: 0 },
-            pb::Column { name: "v".into(), r#type: pb::ColumnType::Text as i32, nullable: true, max_len: 0 },
+            pb::Column { name: "k".into(), r#type: pb::ColumnType::Int as i32, nullable: false, ..Default::default() },
+            pb::Column { name: "v".into(), r#type: pb::ColumnType::Text as i32, nullable: true, ..Default::default() },
         ],
         primary_key: vec![0],
         partition_key: vec![],

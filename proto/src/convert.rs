@@ -83,7 +83,15 @@ impl TryFrom<pb::Column> for Column {
             Ok(pb::ColumnType::Bool) => ColumnType::Bool,
             _ => return Err(bad(format!("column {}: unknown type {}", c.name, c.r#type))),
         };
-        Ok(Column { name: c.name, ty, nullable: c.nullable, max_len: c.max_len })
+        Ok(Column {
+            name: c.name,
+            ty,
+            nullable: c.nullable,
+            max_len: c.max_len,
+            sql_type: c.sql_type,
+            auto_increment: c.auto_increment,
+            default: c.default.map(Value::from),
+        })
     }
 }
 
@@ -94,6 +102,9 @@ impl From<&Column> for pb::Column {
             r#type: column_type_to_pb(c.ty) as i32,
             nullable: c.nullable,
             max_len: c.max_len,
+            sql_type: c.sql_type.clone(),
+            auto_increment: c.auto_increment,
+            default: c.default.as_ref().map(pb::Value::from),
         }
     }
 }

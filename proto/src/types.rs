@@ -12,6 +12,8 @@ pub type PartitionId = u32;
 
 /// Longest table or column name.
 pub const MAX_NAME_BYTES: usize = 64;
+/// Longest table name: SQL nodes store `database.table` (64 + 1 + 64 bytes).
+pub const MAX_TABLE_NAME_BYTES: usize = 129;
 /// Most columns in one table (hidden key included).
 pub const MAX_COLUMNS: usize = 256;
 /// Longest encoded primary key.
@@ -50,18 +52,31 @@ impl ColumnType {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Column {
     pub name: String,
     pub ty: ColumnType,
     pub nullable: bool,
     /// TEXT/BYTES: longest value in bytes.
     pub max_len: u32,
+    /// The type as SQL declared it ("varchar(20)", "date"); data nodes ignore it.
+    pub sql_type: String,
+    pub auto_increment: bool,
+    /// Default value for inserts that omit the column (applied by the SQL node).
+    pub default: Option<Value>,
 }
 
 impl Column {
     pub fn new(name: &str, ty: ColumnType) -> Column {
-        Column { name: name.to_string(), ty, nullable: false, max_len: if ty.is_var() { DEFAULT_MAX_LEN } else { 0 } }
+        Column {
+            name: name.to_string(),
+            ty,
+            nullable: false,
+            max_len: if ty.is_var() { DEFAULT_MAX_LEN } else { 0 },
+            sql_type: String::new(),
+            auto_increment: false,
+            default: None,
+        }
     }
 
     pub fn nullable(mut self) -> Column {
@@ -71,7 +86,7 @@ impl Column {
 }
 
 /// What a user asks for in CREATE TABLE.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TableSpec {
     pub name: String,
     pub columns: Vec<Column>,
@@ -82,7 +97,7 @@ pub struct TableSpec {
 }
 
 /// A table as the catalog holds it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Table {
     pub id: TableId,
     pub spec: TableSpec,
@@ -97,8 +112,9 @@ fn invalid(msg: impl Into<String>) -> ShoalError {
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), ShoalError> {
-    if name.is_empty() || name.len() > MAX_NAME_BYTES {
-        return Err(invalid(format!("{what} name must be 1..={MAX_NAME_BYTES} bytes")));
+    let max = if what == "table" { MAX_TABLE_NAME_BYTES } else { MAX_NAME_BYTES };
+    if name.is_empty() || name.len() > max {
+        return Err(invalid(format!("{what} name must be 1..={max} bytes")));
     }
     if name.chars().any(|c| c.is_control()) {
         return Err(invalid(format!("{what} name {name:?} has control characters")));
