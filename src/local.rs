@@ -10,15 +10,17 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use shoal_proto::config::{ClusterConfig, ClusterSection, DataNodeConfig, MgmdConfig};
+use shoal_proto::config::{ClusterConfig, ClusterSection, DataNodeConfig, MgmdConfig, SqlNodeConfig};
 
 pub const MGMD_BIN: &str = "shoal-mgmd";
 pub const DATANODE_BIN: &str = "shoal-datanode";
+pub const SQLNODE_BIN: &str = "shoal-sqlnode";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Mgmd,
     DataNode,
+    SqlNode,
 }
 
 impl Kind {
@@ -26,6 +28,7 @@ impl Kind {
         match self {
             Kind::Mgmd => MGMD_BIN,
             Kind::DataNode => DATANODE_BIN,
+            Kind::SqlNode => SQLNODE_BIN,
         }
     }
 
@@ -33,6 +36,7 @@ impl Kind {
         match self {
             Kind::Mgmd => "mgmd",
             Kind::DataNode => "datanode",
+            Kind::SqlNode => "sqlnode",
         }
     }
 }
@@ -46,6 +50,7 @@ pub struct Layout {
     pub node_groups: u32,
     pub replicas: u32,
     pub mgmds: u32,
+    pub sql_nodes: u32,
     pub base_port: u16,
 }
 
@@ -89,6 +94,9 @@ impl LocalCluster {
                 });
             }
         }
+        let sqlnode = (0..layout.sql_nodes)
+            .map(|i| Ok(SqlNodeConfig { id: 51 + i, mysql_addr: port(30 + i)? }))
+            .collect::<Result<Vec<_>>>()?;
         let config = ClusterConfig {
             cluster: ClusterSection {
                 name: "shoal".into(),
@@ -100,6 +108,7 @@ impl LocalCluster {
             },
             mgmd,
             datanode,
+            sqlnode,
         };
         config.validate().map_err(anyhow::Error::msg)?;
         let path = LocalCluster::config_path(dir);
@@ -112,13 +121,16 @@ impl LocalCluster {
             Some(Kind::Mgmd)
         } else if self.config.datanode.iter().any(|d| d.id == id) {
             Some(Kind::DataNode)
+        } else if self.config.sqlnode.iter().any(|s| s.id == id) {
+            Some(Kind::SqlNode)
         } else {
             None
         }
     }
 
     pub fn node_ids(&self) -> Vec<u32> {
-        self.config.mgmd.iter().map(|m| m.id).chain(self.config.datanode.iter().map(|d| d.id)).collect()
+        let mgmds = self.config.mgmd.iter().map(|m| m.id);
+        mgmds.chain(self.config.datanode.iter().map(|d| d.id)).chain(self.config.sqlnode.iter().map(|s| s.id)).collect()
     }
 
     fn pid_path(&self, id: u32) -> PathBuf {
@@ -196,8 +208,9 @@ impl LocalCluster {
 
     /// Stops every node: SIGTERM, then SIGKILL for any still running after `grace`.
     pub fn stop_all(&self, grace: Duration) {
-        // Data nodes first, so mgmd is still there to see them go.
-        let mut ids: Vec<u32> = self.config.datanode.iter().map(|d| d.id).collect();
+        // SQL nodes, then data nodes, then mgmd, so each sees the ones after it go.
+        let mut ids: Vec<u32> = self.config.sqlnode.iter().map(|s| s.id).collect();
+        ids.extend(self.config.datanode.iter().map(|d| d.id));
         ids.extend(self.config.mgmd.iter().map(|m| m.id));
         for &id in &ids {
             let _ = self.signal(id, libc::SIGTERM, Duration::ZERO);

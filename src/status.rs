@@ -89,6 +89,23 @@ fn to_json(
         }
         nodes.push(o);
     }
+    // SQL nodes are stateless and not in mgmd's model: a local cluster knows them from its config.
+    for sql in local.map(|l| l.config.sqlnode.as_slice()).unwrap_or_default() {
+        let pid = local.and_then(|l| l.pid(sql.id));
+        let listening = sql
+            .mysql_addr
+            .parse()
+            .ok()
+            .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok());
+        nodes.push(json!({
+            "id": sql.id,
+            "kind": NodeKind::SqlNode.name(),
+            "addr": sql.mysql_addr,
+            "mysql": sql.mysql_addr,
+            "pid": pid,
+            "state": if pid.is_some() && listening { "up" } else if pid.is_some() { "starting" } else { "down" },
+        }));
+    }
     json!({
         "epoch": state.epoch,
         "leader": state.leader_id,

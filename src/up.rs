@@ -25,7 +25,10 @@ pub struct UpArgs {
     /// Management daemons: 1 or 3 (a new cluster only).
     #[arg(long, default_value_t = 1)]
     pub mgmds: u32,
-    /// First port; mgmds use base.., data nodes base+10.. (a new cluster only).
+    /// SQL nodes speaking the MySQL protocol (a new cluster only).
+    #[arg(long, default_value_t = 0)]
+    pub sql_nodes: u32,
+    /// First port; mgmds use base.., data nodes base+10.., SQL nodes base+30.. (a new cluster only).
     #[arg(long, default_value_t = 7400)]
     pub base_port: u16,
 }
@@ -36,8 +39,13 @@ pub fn run(a: UpArgs) -> Result<()> {
         println!("using the existing cluster in {}", a.dir.display());
         c
     } else {
-        let layout =
-            Layout { node_groups: a.node_groups, replicas: a.replicas, mgmds: a.mgmds, base_port: a.base_port };
+        let layout = Layout {
+            node_groups: a.node_groups,
+            replicas: a.replicas,
+            mgmds: a.mgmds,
+            sql_nodes: a.sql_nodes,
+            base_port: a.base_port,
+        };
         let c = LocalCluster::create(&a.dir, &layout)?;
         println!("created a new cluster in {}", a.dir.display());
         c
@@ -75,6 +83,10 @@ async fn supervise(cluster: &LocalCluster) -> Result<()> {
         cluster.config.node_groups(),
         mgmds.join(",")
     );
+    for s in &cluster.config.sqlnode {
+        let (host, port) = s.mysql_addr.rsplit_once(':').unwrap_or((&s.mysql_addr, "3306"));
+        println!("sql node {}: mysql -h {host} -P {port} -u root", s.id);
+    }
     println!("status: shoal status --dir {}", cluster.dir.display());
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
@@ -120,7 +132,13 @@ async fn wait_ready(cluster: &LocalCluster) -> Result<()> {
                 .filter(|n| n.kind == shoal_proto::NodeKind::DataNode)
                 .all(|n| n.state == NodeState::Up);
             let served = !map.partitions.is_empty() && map.partitions.iter().all(|p| p.primary.is_some());
-            if data_nodes_up && served {
+            let sql_listening = cluster.config.sqlnode.iter().all(|s| {
+                s.mysql_addr
+                    .parse()
+                    .ok()
+                    .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok())
+            });
+            if data_nodes_up && served && sql_listening {
                 return Ok(());
             }
         }

@@ -83,6 +83,7 @@ impl Sim {
                     data_memory_mb: 64,
                 })
                 .collect(),
+            sqlnode: vec![],
         };
         let mut sim = Sim { net: Arc::new(Net::default()), model: Model::default(), reports: HashMap::new() };
         sim.apply(Command::Bootstrap { config });

@@ -429,6 +429,7 @@ mod tests {
             },
             mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:7001".into(), data_dir: "m1".into() }],
             datanode,
+            sqlnode: vec![],
         }
     }
 

@@ -65,6 +65,7 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
                 data_memory_mb: 16,
             })
             .collect(),
+        sqlnode: vec![],
     }
 }
 

@@ -15,6 +15,8 @@ pub struct ClusterConfig {
     pub mgmd: Vec<MgmdConfig>,
     #[serde(default)]
     pub datanode: Vec<DataNodeConfig>,
+    #[serde(default)]
+    pub sqlnode: Vec<SqlNodeConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +82,15 @@ pub struct DataNodeConfig {
     pub data_memory_mb: u64,
 }
 
+/// A stateless SQL node: MySQL protocol in front of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqlNodeConfig {
+    pub id: NodeId,
+    /// host:port where it speaks the MySQL protocol.
+    pub mysql_addr: String,
+}
+
 fn default_data_memory_mb() -> u64 {
     1024
 }
@@ -130,7 +141,13 @@ impl ClusterConfig {
         if self.datanode.is_empty() {
             return Err("there must be at least one data node".into());
         }
-        let mut ids: Vec<NodeId> = self.mgmd.iter().map(|m| m.id).chain(self.datanode.iter().map(|d| d.id)).collect();
+        let mut ids: Vec<NodeId> = self
+            .mgmd
+            .iter()
+            .map(|m| m.id)
+            .chain(self.datanode.iter().map(|d| d.id))
+            .chain(self.sqlnode.iter().map(|s| s.id))
+            .collect();
         if ids.contains(&0) {
             return Err("node id 0 is reserved".into());
         }

@@ -293,6 +293,7 @@ mod tests {
                 data_dir: "d".into(),
                 data_memory_mb: 1,
             }],
+            sqlnode: vec![],
         }
     }
 
