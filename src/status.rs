@@ -122,7 +122,7 @@ fn to_json(
             "node_group": p.node_group,
             "primary": p.primary,
             "primary_term": p.primary_term,
-            "replicas": p.replicas.iter().map(|r| json!({"node": r.node_id, "syncing": r.syncing})).collect::<Vec<_>>(),
+            "replicas": p.replicas.iter().map(|r| json!({"node": r.node_id, "syncing": r.syncing()})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }

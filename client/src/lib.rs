@@ -682,7 +682,7 @@ fn route(
         let up: Vec<NodeId> = pa
             .replicas
             .iter()
-            .filter(|r| !r.syncing && map.node(r.node_id).is_some_and(|n| n.state == NodeState::Up))
+            .filter(|r| !r.syncing() && map.node(r.node_id).is_some_and(|n| n.state == NodeState::Up))
             .map(|r| r.node_id)
             .collect();
         if !up.is_empty() {

@@ -136,7 +136,7 @@ pub async fn watch_loop(node: Arc<Node>, link: Arc<MgmdLink>) {
 
 fn install(node: &Arc<Node>, link: &Arc<MgmdLink>, state: ClusterState) {
     let epoch = state.epoch;
-    if let Some(sync_epoch) = crate::node::apply_map(node, state) {
+    for sync_epoch in crate::node::apply_map(node, state) {
         tokio::spawn(sync_and_report(node.clone(), sync_epoch, link.clone()));
     }
     tracing::debug!(epoch, "installed cluster map");
@@ -156,7 +156,7 @@ async fn sync_and_report(node: Arc<Node>, sync_epoch: Epoch, link: Arc<MgmdLink>
     let begun = Instant::now();
     let Some(rows) = crate::sync::run(&node, sync_epoch).await else { return };
     for attempt in 0u32..600 {
-        if node.sync_epoch() != sync_epoch {
+        if !node.is_filling(sync_epoch) && attempt > 0 && mgmd_knows_synced(&node, sync_epoch) {
             return;
         }
         match link.synced(node.id, node.incarnation, sync_epoch).await {
@@ -176,4 +176,10 @@ async fn sync_and_report(node: Arc<Node>, sync_epoch: Epoch, link: Arc<MgmdLink>
             }
         }
     }
+}
+
+/// Whether the newest map shows the copy of `sync_epoch` done (or replaced).
+fn mgmd_knows_synced(node: &Node, sync_epoch: Epoch) -> bool {
+    let map = node.map();
+    !map.partitions.iter().any(|p| p.replica(node.id).is_some_and(|r| r.sync_epoch == sync_epoch))
 }

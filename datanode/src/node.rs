@@ -50,8 +50,9 @@ pub struct Node {
     activated: Mutex<HashMap<PartitionId, Epoch>>,
     /// Activations running now.
     activating: Mutex<HashSet<(PartitionId, Epoch)>>,
-    /// The sync (copy from the primaries) this node runs or ran last; 0 = none.
-    sync_epoch: AtomicU64,
+    /// Partitions being filled by a copy from their primary → the copy's sync epoch (control
+    /// path only).
+    filling: Mutex<HashMap<PartitionId, Epoch>>,
     start: Instant,
     /// Lease end in nanoseconds since `start`; 0 = no lease.
     lease_until_ns: AtomicU64,
@@ -87,7 +88,7 @@ impl Node {
             install_lock: Mutex::new(()),
             activated: Mutex::new(HashMap::new()),
             activating: Mutex::new(HashSet::new()),
-            sync_epoch: AtomicU64::new(0),
+            filling: Mutex::new(HashMap::new()),
             start: Instant::now(),
             lease_until_ns: AtomicU64::new(0),
             refresh: Notify::new(),
@@ -110,8 +111,22 @@ impl Node {
         self.parts.load().values().cloned().collect()
     }
 
-    pub fn sync_epoch(&self) -> Epoch {
-        self.sync_epoch.load(Ordering::Acquire)
+    /// Whether a copy of `sync_epoch` still has partitions to fill (a newer map may have
+    /// replaced it).
+    pub fn is_filling(&self, sync_epoch: Epoch) -> bool {
+        self.filling.lock().values().any(|&e| e == sync_epoch)
+    }
+
+    /// Ends the fill of every partition this node filled in `sync_epoch`.
+    pub fn end_fill(&self, sync_epoch: Epoch) {
+        let mut filling = self.filling.lock();
+        let done: Vec<PartitionId> = filling.iter().filter(|(_, &e)| e == sync_epoch).map(|(&p, _)| p).collect();
+        for p in &done {
+            filling.remove(p);
+        }
+        for part in self.parts.load().values().filter(|part| done.contains(&part.id)) {
+            part.store.lock().end_fill();
+        }
     }
 
     // ----- lease -----
@@ -178,7 +193,7 @@ impl Node {
     /// May this node serve committed reads of `pa` as a replica (read-backup)?
     pub fn check_readable(&self, map: &ClusterState, pa: &PartitionAssignment) -> Result<(), ShoalError> {
         match pa.replica(self.id) {
-            Some(r) if !r.syncing => {}
+            Some(r) if !r.syncing() => {}
             _ => {
                 return Err(ShoalError::not_primary(pa.primary, format!("node {} holds no complete replica", self.id)))
             }
@@ -217,6 +232,27 @@ impl Node {
             return change;
         }
         let activated = self.activated.lock().clone();
+        let mut filling = self.filling.lock();
+        // Replicas that must be filled by a new copy: whatever they hold may be stale. They
+        // start empty and remember deletes until the copy is done (see sync.rs).
+        let mut new_fills: HashMap<PartitionId, Epoch> = HashMap::new();
+        if new.node(self.id).is_some_and(|n| n.incarnation == self.incarnation) {
+            for pa in &new.partitions {
+                match pa.replica(self.id) {
+                    Some(r) if r.syncing() && filling.get(&pa.partition) != Some(&r.sync_epoch) => {
+                        new_fills.insert(pa.partition, r.sync_epoch);
+                    }
+                    Some(r) if !r.syncing() => {
+                        filling.remove(&pa.partition);
+                    }
+                    None => {
+                        filling.remove(&pa.partition);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        filling.extend(new_fills.iter());
         let old_parts = self.parts.load_full();
         let me = new.node(self.id).filter(|n| n.incarnation == self.incarnation).cloned();
         let mut parts: PartitionTable = HashMap::new();
@@ -226,11 +262,16 @@ impl Node {
                     if pa.replica(self.id).is_none() {
                         continue;
                     }
-                    let part = old_parts.get(&(t.id, pa.partition)).cloned().unwrap_or_else(|| {
+                    let old = old_parts.get(&(t.id, pa.partition)).cloned();
+                    let fresh = old.is_none();
+                    let part = old.unwrap_or_else(|| {
                         let part = Partition::new(t.id, pa.partition, self.budget.clone());
                         part.activate(activated.get(&pa.partition).copied().unwrap_or(0));
                         Arc::new(part)
                     });
+                    if new_fills.contains_key(&pa.partition) || (fresh && filling.contains_key(&pa.partition)) {
+                        part.store.lock().begin_fill();
+                    }
                     part.raise_term(pa.primary_term);
                     parts.insert((t.id, pa.partition), part);
                 }
@@ -248,17 +289,11 @@ impl Node {
                 }
             }
         }
-        if let Some(me) = &me {
-            if me.state == NodeState::Starting && me.sync_epoch != 0 && me.sync_epoch != self.sync_epoch() {
-                // A new copy: whatever this node held may be stale. Start every replica empty
-                // and remember deletes until the copy is done.
-                for part in parts.values() {
-                    part.store.lock().begin_fill();
-                }
-                self.sync_epoch.store(me.sync_epoch, Ordering::Release);
-                change.sync = Some(me.sync_epoch);
-            }
-        }
+        let mut epochs: Vec<Epoch> = new_fills.values().copied().collect();
+        epochs.sort_unstable();
+        epochs.dedup();
+        change.sync = epochs;
+        drop(filling);
         if me.as_ref().is_none_or(|m| m.state == NodeState::Down) {
             self.drop_lease();
         }
@@ -291,15 +326,15 @@ impl Node {
 /// What installing a map asks of the node.
 #[derive(Debug, Default)]
 pub struct MapChange {
-    /// A node-restart copy to run, in this sync epoch.
-    pub sync: Option<Epoch>,
+    /// Copies to run, by sync epoch: partitions of this node to fill from their primaries.
+    pub sync: Vec<Epoch>,
     /// Partitions this node became primary of: (partition, term) to activate.
     pub activate: Vec<(PartitionId, Epoch)>,
 }
 
 /// Installs `map` and starts what it asks for: the activation barrier of every partition this
-/// node now leads. Returns the sync epoch of a node-restart copy the caller must run.
-pub fn apply_map(node: &Arc<Node>, map: ClusterState) -> Option<Epoch> {
+/// node now leads. Returns the sync epochs of copies the caller must run.
+pub fn apply_map(node: &Arc<Node>, map: ClusterState) -> Vec<Epoch> {
     let change = node.install_map(map);
     for (partition, term) in change.activate {
         tokio::spawn(activate(node.clone(), partition, term));

@@ -142,8 +142,8 @@ impl Sim {
         self.net.nodes.lock()[&id].clone()
     }
 
-    /// Gives node `id` the current map; returns a sync epoch it must run.
-    fn publish(&self, id: NodeId) -> Option<u64> {
+    /// Gives node `id` the current map; returns the sync epochs of copies it must run.
+    fn publish(&self, id: NodeId) -> Vec<u64> {
         crate::node::apply_map(&self.node(id), self.model.cluster.clone())
     }
 
@@ -271,7 +271,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
     let join = sim.boot(12, 2);
     sim.apply(Command::Join { nodes: vec![join] });
     sim.publish(11);
-    let sync_epoch = sim.publish(12).expect("node 12 must copy");
+    let sync_epoch = *sim.publish(12).first().expect("node 12 must copy");
 
     // Writes and deletes run on node 11 while node 12 copies.
     let writer = {
@@ -367,7 +367,7 @@ async fn moved_primary_serves_only_after_the_old_one_stopped() {
     let join = sim.boot(12, 2);
     sim.apply(Command::Join { nodes: vec![join] });
     sim.publish(11);
-    let sync_epoch = sim.publish(12).expect("node 12 must copy");
+    let sync_epoch = *sim.publish(12).first().expect("node 12 must copy");
     crate::sync::run(&sim.node(12), sync_epoch).await.expect("sync completes");
     sim.apply(Command::Synced { id: 12, incarnation: 2, sync_epoch });
     sim.publish_all();
@@ -397,4 +397,40 @@ async fn moved_primary_serves_only_after_the_old_one_stopped() {
     sim.write(12, k, 5).await.unwrap();
     assert_eq!(sim.read_at(11, k).unwrap(), Some(5));
     assert_eq!(sim.read_at(12, k).unwrap(), Some(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_with_three_replicas_leaves_the_survivors_equal() {
+    let mut sim = Sim::new(3).await;
+    // Find a key led by node 11 and write it everywhere.
+    let k = (0..200).find(|&k| sim.primary_of(k) == 11).expect("node 11 leads some key");
+    sim.write(11, k, 1).await.unwrap();
+    // Node 13 stops answering; node 11's next write reaches 12 only and stays unacknowledged.
+    sim.net.cut.lock().insert(13);
+    let pending = tokio::spawn(ops::write(sim.node(11), sim.op(OpKind::Upsert, k, 2)));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!pending.is_finished());
+    // Node 11 crashes; mgmd promotes a backup, and the other backup must copy from it.
+    sim.net.cut.lock().insert(11);
+    sim.net.cut.lock().remove(&13);
+    sim.apply(Command::Down { id: 11, incarnation: 1, reason: "crash".into() });
+    let mut copies = vec![];
+    for id in [12, 13] {
+        for epoch in sim.publish(id) {
+            copies.push((id, epoch));
+        }
+    }
+    assert_eq!(copies.len(), 1, "exactly one survivor refills: {copies:?}");
+    sim.settle().await;
+    let (id, epoch) = copies[0];
+    crate::sync::run(&sim.node(id), epoch).await.expect("copy completes");
+    sim.apply(Command::Synced { id, incarnation: 1, sync_epoch: epoch });
+    sim.publish(12);
+    sim.publish(13);
+    assert_eq!(sim.read_at(12, k).unwrap(), sim.read_at(13, k).unwrap(), "survivors disagree on key {k}");
+    let new_primary = sim.primary_of(k);
+    sim.write(new_primary, k, 3).await.unwrap();
+    assert_eq!(sim.read_at(12, k).unwrap(), Some(3));
+    assert_eq!(sim.read_at(13, k).unwrap(), Some(3));
+    pending.abort();
 }

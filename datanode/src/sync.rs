@@ -79,14 +79,15 @@ async fn copy_rows(
     Ok(())
 }
 
-/// Starting side: copies every partition this node syncs in epoch `sync_epoch` and ends the
-/// fill. Returns the rows copied, or None when a newer sync replaced this one.
+/// Receiving side: copies every partition this node fills in `sync_epoch` (all of them after
+/// a restart, one partition's worth after a failover with three or more replicas) and ends the
+/// fill. Returns the rows copied, or None when a newer map replaced this copy.
 pub async fn run(node: &Node, sync_epoch: Epoch) -> Option<u64> {
     let map = node.map();
     let mut work = vec![];
     for t in &map.tables {
         for pa in map.partitions.iter().take(t.partition_count as usize) {
-            if pa.replica(node.id).is_some_and(|r| r.syncing) {
+            if pa.replica(node.id).is_some_and(|r| r.sync_epoch == sync_epoch) {
                 work.push((t.id, pa.partition));
             }
         }
@@ -95,7 +96,7 @@ pub async fn run(node: &Node, sync_epoch: Epoch) -> Option<u64> {
     let mut rows = 0u64;
     for (done, (table, partition)) in work.iter().copied().enumerate() {
         loop {
-            if node.sync_epoch() != sync_epoch {
+            if !node.is_filling(sync_epoch) {
                 tracing::info!(sync_epoch, "sync superseded");
                 return None;
             }
@@ -118,9 +119,7 @@ pub async fn run(node: &Node, sync_epoch: Epoch) -> Option<u64> {
             (done + 1) * 100 / work.len().max(1)
         );
     }
-    for part in node.partitions() {
-        part.store.lock().end_fill();
-    }
+    node.end_fill(sync_epoch);
     Some(rows)
 }
 

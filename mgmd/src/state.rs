@@ -11,6 +11,9 @@ use shoal_proto::{
     ShoalError, Table, TableSpec,
 };
 
+/// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
+const SYNC_EPOCH_PENDING: Epoch = Epoch::MAX;
+
 /// Most tables in one cluster.
 pub const MAX_TABLES: usize = 4096;
 
@@ -112,7 +115,7 @@ pub fn misplaced_primaries(cluster: &ClusterState, groups: u32) -> Vec<Partition
         .filter(|p| {
             let Some(want) = preferred_primary(cluster, groups, p) else { return false };
             let up = cluster.node(want).is_some_and(|n| n.state == NodeState::Up);
-            let complete = p.replica(want).is_some_and(|r| !r.syncing);
+            let complete = p.replica(want).is_some_and(|r| !r.syncing());
             p.primary != Some(want) && up && complete
         })
         .map(|p| p.partition)
@@ -162,6 +165,11 @@ impl Model {
         for n in &mut self.cluster.nodes {
             if n.state == NodeState::Starting && n.sync_epoch == 0 {
                 n.sync_epoch = epoch;
+            }
+        }
+        for r in self.cluster.partitions.iter_mut().flat_map(|p| p.replicas.iter_mut()) {
+            if r.sync_epoch == SYNC_EPOCH_PENDING {
+                r.sync_epoch = epoch;
             }
         }
     }
@@ -273,7 +281,7 @@ impl Model {
             if live_group {
                 for p in self.cluster.partitions.iter_mut().filter(|p| p.node_group == group) {
                     if p.primary.is_some() {
-                        p.replicas.push(Replica { node_id: j.id, syncing: true });
+                        p.replicas.push(Replica { node_id: j.id, sync_epoch: SYNC_EPOCH_PENDING });
                     }
                 }
                 let node = self.node_mut(j.id)?;
@@ -309,27 +317,30 @@ impl Model {
             let p = &mut self.cluster.partitions[i];
             p.primary = Some(preferred.unwrap_or(up[(p.partition as usize) % up.len()]));
             p.primary_term = 0; // stamped with the new epoch in apply()
-            p.replicas = up.iter().map(|&node_id| Replica { node_id, syncing: false }).collect();
+            p.replicas = up.iter().map(|&node_id| Replica::complete(node_id)).collect();
         }
     }
 
     fn synced(&mut self, id: NodeId, incarnation: u64, sync_epoch: Epoch) -> CommandResult {
         self.config()?;
         let node = self.node_mut(id)?;
-        if node.state != NodeState::Starting || node.incarnation != incarnation {
-            return Err(err(ErrorCode::StaleEpoch, format!("node {id} is not starting in that incarnation")));
+        if node.state == NodeState::Down || node.incarnation != incarnation {
+            return Err(err(ErrorCode::StaleEpoch, format!("node {id} is not live in that incarnation")));
         }
-        if node.sync_epoch != sync_epoch {
-            return Err(err(ErrorCode::StaleEpoch, format!("node {id}: sync of epoch {sync_epoch} was superseded")));
+        let mut matched = false;
+        if node.state == NodeState::Starting && node.sync_epoch == sync_epoch {
+            node.state = NodeState::Up;
+            node.sync_epoch = 0;
+            matched = true;
         }
-        node.state = NodeState::Up;
-        node.sync_epoch = 0;
-        for p in &mut self.cluster.partitions {
-            for r in &mut p.replicas {
-                if r.node_id == id {
-                    r.syncing = false;
-                }
+        for r in self.cluster.partitions.iter_mut().flat_map(|p| p.replicas.iter_mut()) {
+            if r.node_id == id && r.sync_epoch == sync_epoch {
+                r.sync_epoch = 0;
+                matched = true;
             }
+        }
+        if !matched {
+            return Err(err(ErrorCode::StaleEpoch, format!("node {id}: sync of epoch {sync_epoch} was superseded")));
         }
         Ok(Outcome::default())
     }
@@ -346,11 +357,18 @@ impl Model {
             p.replicas.retain(|r| r.node_id != id);
             if p.primary == Some(id) {
                 // Promote a caught-up backup; a syncing one holds only part of the data.
-                p.primary = p.replicas.iter().find(|r| !r.syncing).map(|r| r.node_id);
+                p.primary = p.replicas.iter().find(|r| !r.syncing()).map(|r| r.node_id);
                 p.primary_term = 0;
                 if p.primary.is_none() {
                     // No complete copy is left: the partition is lost until its group restarts.
                     p.replicas.clear();
+                }
+                // A write the failed primary had in flight may have reached some backups and
+                // not others. Acknowledged writes are on every replica, so the new primary's
+                // copy is the truth: the other backups copy the partition from it again.
+                let primary = p.primary;
+                for r in p.replicas.iter_mut().filter(|r| Some(r.node_id) != primary && !r.syncing()) {
+                    r.sync_epoch = SYNC_EPOCH_PENDING;
                 }
             }
         }
@@ -450,7 +468,7 @@ mod tests {
         for p in &m.cluster.partitions {
             if let Some(primary) = p.primary {
                 let r = p.replica(primary).expect("primary is a replica");
-                assert!(!r.syncing, "a syncing replica is never primary");
+                assert!(!r.syncing(), "a syncing replica is never primary");
                 assert_eq!(m.cluster.node(primary).unwrap().state, NodeState::Up);
                 assert!(p.primary_term > 0 && p.primary_term <= m.cluster.epoch);
             } else {
@@ -502,13 +520,13 @@ mod tests {
         let out = m.apply(Command::Join { nodes: vec![join(11, 2)] }).unwrap();
         check(&m);
         assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Starting);
-        assert!(m.cluster.partitions.iter().all(|p| p.replica(11).unwrap().syncing));
+        assert!(m.cluster.partitions.iter().all(|p| p.replica(11).unwrap().sync_epoch == out.epoch));
         // A stale sync report is refused.
         assert!(m.apply(Command::Synced { id: 11, incarnation: 2, sync_epoch: out.epoch - 1 }).is_err());
         m.apply(Command::Synced { id: 11, incarnation: 2, sync_epoch: out.epoch }).unwrap();
         check(&m);
         assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Up);
-        assert!(m.cluster.partitions.iter().all(|p| !p.replica(11).unwrap().syncing));
+        assert!(m.cluster.partitions.iter().all(|p| !p.replica(11).unwrap().syncing()));
     }
 
     #[test]
@@ -532,6 +550,35 @@ mod tests {
         // Nothing to move: no new epoch.
         m.apply(Command::Rebalance).unwrap();
         assert_eq!(m.cluster.epoch, e + 1);
+    }
+
+    #[test]
+    fn failover_with_three_replicas_resyncs_the_other_backup() {
+        let mut m = started(1, 3);
+        let before = m.cluster.clone();
+        let out = m.apply(Command::Down { id: 11, incarnation: 1, reason: "crash".into() }).unwrap();
+        check(&m);
+        for (p, old) in m.cluster.partitions.iter().zip(&before.partitions) {
+            let new_primary = p.primary.unwrap();
+            assert_ne!(new_primary, 11);
+            for r in &p.replicas {
+                let resync = old.primary == Some(11) && r.node_id != new_primary;
+                assert_eq!(
+                    r.sync_epoch,
+                    if resync { out.epoch } else { 0 },
+                    "partition {} node {}",
+                    p.partition,
+                    r.node_id
+                );
+            }
+        }
+        // The resyncing node stays up (it serves its other partitions) and reports per epoch.
+        let resyncing = m.cluster.partitions.iter().flat_map(|p| &p.replicas).find(|r| r.syncing()).unwrap().node_id;
+        assert_eq!(m.cluster.node(resyncing).unwrap().state, NodeState::Up);
+        assert!(m.apply(Command::Synced { id: resyncing, incarnation: 1, sync_epoch: out.epoch - 1 }).is_err());
+        m.apply(Command::Synced { id: resyncing, incarnation: 1, sync_epoch: out.epoch }).unwrap();
+        check(&m);
+        assert!(m.cluster.partitions.iter().flat_map(|p| &p.replicas).all(|r| !r.syncing()));
     }
 
     #[test]

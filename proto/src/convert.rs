@@ -219,7 +219,7 @@ impl From<&ClusterState> for pb::ClusterState {
                     replicas: p
                         .replicas
                         .iter()
-                        .map(|r| pb::Replica { node_id: r.node_id, syncing: r.syncing })
+                        .map(|r| pb::Replica { node_id: r.node_id, syncing: r.syncing(), sync_epoch: r.sync_epoch })
                         .collect(),
                 })
                 .collect(),
@@ -262,7 +262,14 @@ impl TryFrom<pb::ClusterState> for ClusterState {
                 node_group: p.node_group,
                 primary: (p.primary != 0).then_some(p.primary),
                 primary_term: p.primary_term,
-                replicas: p.replicas.into_iter().map(|r| Replica { node_id: r.node_id, syncing: r.syncing }).collect(),
+                replicas: p
+                    .replicas
+                    .into_iter()
+                    .map(|r| Replica {
+                        node_id: r.node_id,
+                        sync_epoch: if r.syncing { r.sync_epoch.max(1) } else { 0 },
+                    })
+                    .collect(),
             })
             .collect();
         if partitions.iter().enumerate().any(|(i, p)| p.partition as usize != i) {

@@ -307,7 +307,19 @@ pub struct Node {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replica {
     pub node_id: NodeId,
-    pub syncing: bool,
+    /// 0: a complete replica. Otherwise the replica is being filled by a copy from the
+    /// primary that started in this epoch: it receives every write but serves nothing.
+    pub sync_epoch: Epoch,
+}
+
+impl Replica {
+    pub fn complete(node_id: NodeId) -> Replica {
+        Replica { node_id, sync_epoch: 0 }
+    }
+
+    pub fn syncing(&self) -> bool {
+        self.sync_epoch != 0
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
