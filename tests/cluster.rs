@@ -134,6 +134,32 @@ async fn kill9_data_node_under_load_loses_no_acknowledged_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_survive_a_primary_crash_and_converge() {
+    let cluster = TestCluster::start(1, 3, 1);
+    let bench = bench_verify(&cluster, 6);
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.signal(11, libc::SIGKILL);
+    let text = finish(bench);
+    assert_eq!(field(&text, "lost"), 0.0, "acknowledged writes lost");
+    assert_eq!(field(&text, "errors"), 0.0, "the client saw errors it did not retry");
+    // The backup that was not promoted refilled the crashed node's partitions from the new
+    // primary; afterwards every replica is complete and the two survivors agree on every key.
+    let s = cluster.wait_status("survivors complete", Duration::from_secs(30), |s| {
+        s["partitions"].as_array().unwrap().iter().all(|p| {
+            let r = p["replicas"].as_array().unwrap();
+            r.len() == 2 && r.iter().all(|r| r["syncing"] == false)
+        })
+    });
+    assert_eq!(TestCluster::node(&s, 11)["state"], "down");
+    let client = cluster.client().await;
+    for k in 0..2000u64 {
+        let a = client.get_from_node(12, "bench_kv", vec![Value::Uint(k)]).await.unwrap();
+        let b = client.get_from_node(13, "bench_kv", vec![Value::Uint(k)]).await.unwrap();
+        assert_eq!(a, b, "nodes 12 and 13 disagree on key {k}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_primary_is_fenced_and_refused_no_split_brain() {
     let cluster = TestCluster::start(1, 2, 1);
     let client = cluster.client().await;
