@@ -39,9 +39,8 @@ pub struct Op {
     pub columns: Vec<u32>,
 }
 
-fn table_of(map: &ClusterState, id: TableId) -> Result<Table, ShoalError> {
+fn table_of(map: &ClusterState, id: TableId) -> Result<&Table, ShoalError> {
     map.table_by_id(id)
-        .cloned()
         .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {id} does not exist")))
 }
 
@@ -87,8 +86,7 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
     let table = table_of(&map, op.table)?;
     let pa = map
         .partition(op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?
-        .clone();
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
     node.check_primary(&map, &pa)?;
     let part = node
         .partition(op.table, op.partition)
