@@ -1,0 +1,167 @@
+//! SQL errors as MySQL clients see them: an error number, a SQLSTATE and a message. Cluster
+//! errors (`ShoalError`) map onto MySQL numbers here, in one place.
+
+use shoal_proto::{ErrorCode, ShoalError};
+
+/// An error reported to the client as a MySQL ERR packet. The connection stays open.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("ERROR {code} ({state}): {message}")]
+pub struct SqlError {
+    pub code: u16,
+    pub state: &'static str,
+    pub message: String,
+}
+
+pub type SqlResult<T> = Result<T, SqlError>;
+
+/// MySQL error numbers used by the SQL node (names follow MySQL's `ER_*`).
+pub mod code {
+    pub const DB_CREATE_EXISTS: u16 = 1007;
+    pub const DB_DROP_EXISTS: u16 = 1008;
+    pub const OUT_OF_SORTMEMORY: u16 = 1038;
+    pub const ACCESS_DENIED: u16 = 1045;
+    pub const NO_DB: u16 = 1046;
+    pub const UNKNOWN_COM: u16 = 1047;
+    pub const TOO_MANY_CONNECTIONS: u16 = 1040;
+    pub const BAD_NULL: u16 = 1048;
+    pub const BAD_DB: u16 = 1049;
+    pub const TABLE_EXISTS: u16 = 1050;
+    pub const BAD_TABLE: u16 = 1051;
+    pub const BAD_FIELD: u16 = 1054;
+    pub const TOO_LONG_IDENT: u16 = 1059;
+    pub const DUP_FIELDNAME: u16 = 1060;
+    pub const DUP_ENTRY: u16 = 1062;
+    pub const PARSE: u16 = 1064;
+    pub const INVALID_DEFAULT: u16 = 1067;
+    pub const MULTIPLE_PRI_KEY: u16 = 1068;
+    pub const WRONG_AUTO_KEY: u16 = 1075;
+    pub const UNKNOWN: u16 = 1105;
+    pub const FIELD_SPECIFIED_TWICE: u16 = 1110;
+    pub const INVALID_GROUP_FUNC_USE: u16 = 1111;
+    pub const RECORD_FILE_FULL: u16 = 1114;
+    pub const TOO_BIG_ROWSIZE: u16 = 1118;
+    pub const WRONG_VALUE_COUNT_ON_ROW: u16 = 1136;
+    pub const NO_SUCH_TABLE: u16 = 1146;
+    pub const NET_PACKET_TOO_LARGE: u16 = 1153;
+    pub const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    pub const WRONG_ARGUMENTS: u16 = 1210;
+    pub const NOT_SUPPORTED_YET: u16 = 1235;
+    pub const OPERAND_COLUMNS: u16 = 1241;
+    pub const UNKNOWN_STMT_HANDLER: u16 = 1243;
+    pub const WARN_DATA_OUT_OF_RANGE: u16 = 1264;
+    pub const TRUNCATED_WRONG_VALUE: u16 = 1292;
+    pub const GET_ERRMSG: u16 = 1296;
+    pub const SP_DOES_NOT_EXIST: u16 = 1305;
+    pub const NO_DEFAULT_FOR_FIELD: u16 = 1364;
+    pub const TRUNCATED_WRONG_VALUE_FOR_FIELD: u16 = 1366;
+    pub const DATA_TOO_LONG: u16 = 1406;
+    pub const WRONG_PARAMCOUNT_TO_NATIVE_FCT: u16 = 1582;
+    pub const DATA_OUT_OF_RANGE: u16 = 1690;
+}
+
+fn state_of(code: u16) -> &'static str {
+    use code::*;
+    match code {
+        ACCESS_DENIED => "28000",
+        NO_DB => "3D000",
+        UNKNOWN_COM | NET_PACKET_TOO_LARGE | TOO_MANY_CONNECTIONS => "08004",
+        BAD_NULL | DUP_ENTRY => "23000",
+        BAD_DB
+        | PARSE
+        | NOT_SUPPORTED_YET
+        | TOO_LONG_IDENT
+        | INVALID_DEFAULT
+        | MULTIPLE_PRI_KEY
+        | WRONG_AUTO_KEY
+        | SP_DOES_NOT_EXIST
+        | WRONG_PARAMCOUNT_TO_NATIVE_FCT => "42000",
+        TABLE_EXISTS => "42S01",
+        BAD_TABLE | NO_SUCH_TABLE => "42S02",
+        BAD_FIELD => "42S22",
+        DUP_FIELDNAME => "42S21",
+        WRONG_VALUE_COUNT_ON_ROW => "21S01",
+        OPERAND_COLUMNS => "21000",
+        WARN_DATA_OUT_OF_RANGE | DATA_OUT_OF_RANGE => "22003",
+        TRUNCATED_WRONG_VALUE => "22007",
+        DATA_TOO_LONG => "22001",
+        OUT_OF_SORTMEMORY => "HY001",
+        _ => "HY000",
+    }
+}
+
+impl SqlError {
+    pub fn new(code: u16, message: impl Into<String>) -> SqlError {
+        SqlError { code, state: state_of(code), message: message.into() }
+    }
+
+    pub fn not_supported(what: impl std::fmt::Display) -> SqlError {
+        SqlError::new(code::NOT_SUPPORTED_YET, format!("This version of Shoal doesn't yet support '{what}'"))
+    }
+
+    pub fn parse(msg: impl std::fmt::Display) -> SqlError {
+        SqlError::new(
+            code::PARSE,
+            format!("You have an error in your SQL syntax; check the manual that corresponds to your Shoal server version: {msg}"),
+        )
+    }
+
+    pub fn bad_field(name: &str, place: &str) -> SqlError {
+        SqlError::new(code::BAD_FIELD, format!("Unknown column '{name}' in '{place}'"))
+    }
+
+    pub fn no_such_table(db: &str, table: &str) -> SqlError {
+        SqlError::new(code::NO_SUCH_TABLE, format!("Table '{db}.{table}' doesn't exist"))
+    }
+
+    pub fn bad_db(db: &str) -> SqlError {
+        SqlError::new(code::BAD_DB, format!("Unknown database '{db}'"))
+    }
+
+    pub fn internal(msg: impl std::fmt::Display) -> SqlError {
+        SqlError::new(code::UNKNOWN, format!("{msg}"))
+    }
+
+    /// A cluster error that surfaced while running a statement. Callers that know better (a
+    /// duplicate key with its value, a missing table by its SQL name) map those cases first.
+    pub fn from_cluster(e: &ShoalError) -> SqlError {
+        use code::*;
+        match e.code {
+            ErrorCode::DuplicateKey => {
+                SqlError::new(DUP_ENTRY, format!("Duplicate entry for key 'PRIMARY': {}", e.message))
+            }
+            ErrorCode::NoSuchTable => SqlError::new(NO_SUCH_TABLE, e.message.clone()),
+            ErrorCode::TableExists => SqlError::new(TABLE_EXISTS, e.message.clone()),
+            ErrorCode::NullViolation => SqlError::new(BAD_NULL, e.message.clone()),
+            ErrorCode::TooLarge => SqlError::new(TOO_BIG_ROWSIZE, e.message.clone()),
+            ErrorCode::TypeMismatch => SqlError::new(TRUNCATED_WRONG_VALUE_FOR_FIELD, e.message.clone()),
+            ErrorCode::TableFull => SqlError::new(RECORD_FILE_FULL, e.message.clone()),
+            ErrorCode::Timeout => SqlError::new(
+                LOCK_WAIT_TIMEOUT,
+                format!("Lock wait timeout exceeded; try restarting transaction ({})", e.message),
+            ),
+            ErrorCode::InvalidArgument => SqlError::new(UNKNOWN, e.message.clone()),
+            ErrorCode::Internal => SqlError::new(UNKNOWN, format!("internal error: {}", e.message)),
+            _ => SqlError::new(GET_ERRMSG, format!("Got error {} '{}' from the cluster", e.code.name(), e.message)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_follow_mysql() {
+        assert_eq!(SqlError::new(code::DUP_ENTRY, "x").state, "23000");
+        assert_eq!(SqlError::new(code::NO_SUCH_TABLE, "x").state, "42S02");
+        assert_eq!(SqlError::new(code::BAD_FIELD, "x").state, "42S22");
+        assert_eq!(SqlError::new(code::DATA_TOO_LONG, "x").state, "22001");
+        assert_eq!(SqlError::new(code::ACCESS_DENIED, "x").state, "28000");
+        assert_eq!(SqlError::new(code::NO_DEFAULT_FOR_FIELD, "x").state, "HY000");
+        let e = SqlError::from_cluster(&ShoalError::new(ErrorCode::Timeout, "slow"));
+        assert_eq!((e.code, e.state), (1205, "HY000"));
+        let e = SqlError::from_cluster(&ShoalError::new(ErrorCode::PartitionUnavailable, "gone"));
+        assert_eq!(e.code, 1296);
+    }
+}

@@ -1,0 +1,114 @@
+//! shoal-sqlnode: a stateless SQL node. Speaks the MySQL protocol ([`server`]), parses, binds and
+//! plans SQL ([`sql`]), and runs it over the cluster through the native client ([`exec`],
+//! [`session`]). Any number of SQL nodes can serve one cluster.
+
+pub mod error;
+pub mod exec;
+pub mod server;
+pub mod session;
+pub mod sql;
+pub mod types;
+pub mod val;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use shoal_proto::config::ClusterConfig;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::error::{code, SqlError};
+use crate::session::Shared;
+
+#[derive(Parser, Debug)]
+#[command(name = "shoal-sqlnode", about = "Shoal SQL node (MySQL protocol)")]
+pub struct Args {
+    /// This node's id (a [[sqlnode]] entry of the config).
+    #[arg(long)]
+    pub id: u32,
+    /// Path of cluster.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+pub fn main_entry() {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shoal-sqlnode: cannot start runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(args)) {
+        tracing::error!("shoal-sqlnode failed: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let config = ClusterConfig::load(&args.config).map_err(anyhow::Error::msg)?;
+    let me = config
+        .sqlnode
+        .iter()
+        .find(|s| s.id == args.id)
+        .with_context(|| format!("node {} is not a [[sqlnode]] in {}", args.id, args.config.display()))?
+        .clone();
+    let listener = TcpListener::bind(&me.mysql_addr).await.with_context(|| format!("listen on {}", me.mysql_addr))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    tracing::info!(id = me.id, "connecting to the cluster through mgmd {}", config.mgmd_addrs().join(","));
+    let mgmds = config.mgmd_addrs();
+    let client = tokio::select! {
+        c = shoal_client::Client::connect(&mgmds) => c.map_err(|e| anyhow::anyhow!("connect to the cluster: {e}"))?,
+        _ = term.recv() => return Ok(()),
+        _ = int.recv() => return Ok(()),
+    };
+    let shared = Arc::new(Shared::new(client, me.id));
+    let slots = Arc::new(Semaphore::new(server::MAX_CONNECTIONS as usize));
+    tracing::info!(id = me.id, "sql node serving MySQL on {}", me.mysql_addr);
+    loop {
+        let (stream, peer) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little, keep serving.
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let peer = peer.to_string();
+        match slots.clone().try_acquire_owned() {
+            Ok(permit) => {
+                tokio::spawn(async move {
+                    if let Err(e) = server::serve(shared, stream, peer.clone()).await {
+                        tracing::debug!(%peer, "connection ended: {e}");
+                    }
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                tokio::spawn(async move {
+                    let _ = server::refuse(stream, &SqlError::new(code::TOO_MANY_CONNECTIONS, "Too many connections"))
+                        .await;
+                });
+            }
+        }
+    }
+    tracing::info!(id = me.id, "sql node stopping");
+    Ok(())
+}

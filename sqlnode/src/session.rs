@@ -1,0 +1,864 @@
+//! One client connection's state and statement dispatch: session statements, databases, SHOW,
+//! DDL here; queries and DML in [`crate::exec`].
+//!
+//! **Databases** are catalog entries: database `d` is a marker table named `$db.d` (a name SQL
+//! cannot produce: database names starting with `$` are refused), and table `t` of `d` is the
+//! catalog table `d.t`. The catalog is replicated by mgmd's Raft log, so databases survive
+//! restarts like tables do. Names compare case-insensitively (the catalog does).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use shoal_client::Client;
+use shoal_proto::{Column, ColumnType, ErrorCode, Table, TableId, TableSpec, Value, MAX_NAME_BYTES};
+use sqlparser::ast::{self, ColumnOption, Statement, TableConstraint};
+
+use crate::error::{code, SqlError, SqlResult};
+use crate::sql::bind::{system_variable, Binder, Env, TableRef, SHOWN_VARIABLES};
+use crate::sql::parse::{self, Admin};
+use crate::types::{SqlType, WireType};
+use crate::val::{like, Val};
+
+/// The server version string clients see.
+pub const VERSION: &str = "8.0.36-shoal";
+/// Prefix of the catalog marker tables that record databases.
+pub const DB_MARKER_PREFIX: &str = "$db.";
+
+/// State shared by every session of one SQL node.
+pub struct Shared {
+    pub client: Client,
+    /// AUTO_INCREMENT: the next value this SQL node hands out, per table.
+    pub autoinc: Mutex<HashMap<TableId, u64>>,
+    next_connection: AtomicU32,
+}
+
+impl Shared {
+    pub fn new(client: Client, node_id: u32) -> Shared {
+        Shared {
+            client,
+            autoinc: Mutex::new(HashMap::new()),
+            next_connection: AtomicU32::new((node_id & 0xff) << 24 | 1),
+        }
+    }
+
+    pub fn next_connection_id(&self) -> u32 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Metadata of one result column.
+#[derive(Clone, Debug, Default)]
+pub struct ColumnMeta {
+    pub name: String,
+    pub org_name: String,
+    pub table: String,
+    pub org_table: String,
+    pub db: String,
+    /// None: decided from the values.
+    pub ty: Option<WireType>,
+    pub not_null: bool,
+    pub primary_key: bool,
+    pub auto_increment: bool,
+}
+
+impl ColumnMeta {
+    pub fn named(name: &str, ty: Option<WireType>) -> ColumnMeta {
+        ColumnMeta { name: name.to_string(), org_name: name.to_string(), ty, ..ColumnMeta::default() }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ResultSet {
+    pub columns: Vec<ColumnMeta>,
+    pub rows: Vec<Vec<Val>>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Rows(ResultSet),
+    Done { affected: u64, last_insert_id: u64, info: String },
+}
+
+impl Outcome {
+    pub fn ok() -> Outcome {
+        Outcome::Done { affected: 0, last_insert_id: 0, info: String::new() }
+    }
+    pub fn affected(n: u64) -> Outcome {
+        Outcome::Done { affected: n, last_insert_id: 0, info: String::new() }
+    }
+}
+
+/// A prepared statement: its text and where its `?` are.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub sql: String,
+    pub placeholders: Vec<usize>,
+}
+
+pub struct Session {
+    pub shared: Arc<Shared>,
+    pub db: Option<String>,
+    pub user: String,
+    pub connection_id: u32,
+    pub last_insert_id: u64,
+    pub row_count: i64,
+    pub found_rows: u64,
+    pub autocommit: bool,
+    pub in_transaction: bool,
+    /// A write happened since BEGIN (it is committed already: see `Admin::Rollback`).
+    pub wrote_in_transaction: bool,
+    /// The client asked for "found rows" instead of "changed rows" in UPDATE counts.
+    pub client_found_rows: bool,
+    pub prepared: HashMap<u32, Prepared>,
+    next_statement: u32,
+}
+
+/// Most prepared statements one connection may hold.
+pub const MAX_PREPARED_PER_CONNECTION: usize = 16_384;
+
+pub fn object_parts(name: &ast::ObjectName) -> Vec<String> {
+    name.0
+        .iter()
+        .map(|p| match p {
+            ast::ObjectNamePart::Identifier(i) => i.value.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+fn check_ident(kind: &str, name: &str) -> SqlResult<()> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(SqlError::new(code::TOO_LONG_IDENT, format!("Identifier name '{name}' is too long")));
+    }
+    if name.is_empty() || name.ends_with(' ') || name.chars().any(|c| c.is_control()) {
+        return Err(SqlError::new(code::PARSE, format!("Incorrect {kind} name '{name}'")));
+    }
+    Ok(())
+}
+
+fn like_filter(like_pat: &Option<String>, s: &str) -> bool {
+    like_pat.as_ref().is_none_or(|p| crate::val::like(&s.to_lowercase(), &p.to_lowercase(), '\\'))
+}
+
+fn text_rows(names: &[&str], rows: Vec<Vec<String>>) -> Outcome {
+    Outcome::Rows(ResultSet {
+        columns: names.iter().map(|n| ColumnMeta::named(n, Some(WireType::Str { len: 256 }))).collect(),
+        rows: rows.into_iter().map(|r| r.into_iter().map(Val::Str).collect()).collect(),
+    })
+}
+
+fn opt_text(v: Option<String>) -> Val {
+    v.map_or(Val::Null, Val::Str)
+}
+
+impl Session {
+    pub fn new(shared: Arc<Shared>, user: String, client_found_rows: bool) -> Session {
+        let connection_id = shared.next_connection_id();
+        Session {
+            shared,
+            db: None,
+            user,
+            connection_id,
+            last_insert_id: 0,
+            row_count: -1,
+            found_rows: 0,
+            autocommit: true,
+            in_transaction: false,
+            wrote_in_transaction: false,
+            client_found_rows,
+            prepared: HashMap::new(),
+            next_statement: 1,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
+    pub fn env(&self) -> Env {
+        Env {
+            db: self.db.clone(),
+            user: self.user.clone(),
+            connection_id: self.connection_id,
+            last_insert_id: self.last_insert_id,
+            row_count: self.row_count,
+            found_rows: self.found_rows,
+            autocommit: self.autocommit,
+            version: VERSION.to_string(),
+            now_secs: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    // ----- catalog -----
+
+    pub fn databases(&self) -> Vec<String> {
+        let map = self.client().map();
+        let mut dbs: Vec<String> =
+            map.tables.iter().filter_map(|t| t.spec.name.strip_prefix(DB_MARKER_PREFIX).map(str::to_string)).collect();
+        dbs.sort_by_key(|d| d.to_lowercase());
+        dbs
+    }
+
+    pub fn db_exists(&self, db: &str) -> bool {
+        self.client().map().table(&format!("{DB_MARKER_PREFIX}{db}")).is_some()
+    }
+
+    /// The database a statement means: the one it names, else the current one.
+    pub fn db_for(&self, explicit: Option<&str>) -> SqlResult<String> {
+        match explicit {
+            Some(d) => Ok(d.to_string()),
+            None => self.db.clone().ok_or_else(|| SqlError::new(code::NO_DB, "No database selected")),
+        }
+    }
+
+    /// Tables of one database: (name, catalog table).
+    pub fn tables_in(&self, db: &str) -> Vec<(String, Table)> {
+        let map = self.client().map();
+        let prefix = format!("{}.", db.to_lowercase());
+        let mut out: Vec<(String, Table)> = map
+            .tables
+            .iter()
+            .filter(|t| !t.spec.name.starts_with(DB_MARKER_PREFIX) && t.spec.name.to_lowercase().starts_with(&prefix))
+            .map(|t| (t.spec.name[prefix.len()..].to_string(), t.clone()))
+            .collect();
+        out.sort_by_key(|(n, _)| n.to_lowercase());
+        out
+    }
+
+    /// Finds a table by its SQL name (`t` or `db.t`).
+    pub async fn resolve(&self, parts: &[String]) -> SqlResult<TableRef> {
+        let (db, name) = match parts {
+            [t] => (self.db_for(None)?, t.clone()),
+            [d, t] => (d.clone(), t.clone()),
+            _ => return Err(SqlError::parse(format!("bad table name {}", parts.join(".")))),
+        };
+        let full = format!("{db}.{name}");
+        let found = self.client().map().table(&full).cloned();
+        let table = match found {
+            Some(t) => t,
+            None => {
+                // Another SQL node may have just created it.
+                let _ = self.client().refresh().await;
+                self.client().map().table(&full).cloned().ok_or_else(|| SqlError::no_such_table(&db, &name))?
+            }
+        };
+        // The catalog spelling, which may differ in case from the query's.
+        let real = table.spec.name.split_once('.').map_or(name.clone(), |(_, t)| t.to_string());
+        let real_db = table.spec.name.split_once('.').map_or(db, |(d, _)| d.to_string());
+        Ok(TableRef::new(&real_db, &real, table))
+    }
+
+    // ----- dispatch -----
+
+    /// Runs one statement of COM_QUERY.
+    pub async fn query(&mut self, sql: &str) -> SqlResult<Outcome> {
+        let out = match parse::classify(sql)? {
+            Some(admin) => self.admin(admin).await,
+            None => {
+                let stmt = parse::parse_one(sql)?;
+                self.statement(stmt, sql).await
+            }
+        };
+        if let Ok(Outcome::Done { affected, .. }) = &out {
+            self.row_count = *affected as i64;
+        } else if out.is_ok() {
+            self.row_count = -1;
+        }
+        out
+    }
+
+    async fn statement(&mut self, stmt: Statement, sql: &str) -> SqlResult<Outcome> {
+        match stmt {
+            Statement::Query(q) => self.select(&q, sql).await,
+            Statement::Insert(ins) => {
+                let out = self.insert(&ins).await;
+                self.note_write();
+                out
+            }
+            Statement::Update(u) => {
+                let out = self.update(&u).await;
+                self.note_write();
+                out
+            }
+            Statement::Delete(d) => {
+                let out = self.delete(&d).await;
+                self.note_write();
+                out
+            }
+            Statement::CreateTable(ct) => self.create_table(&ct).await,
+            Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, temporary: false, .. } => {
+                self.drop_tables(&names, if_exists).await
+            }
+            Statement::Drop {
+                object_type: ast::ObjectType::Schema | ast::ObjectType::Database,
+                if_exists,
+                names,
+                ..
+            } if names.len() == 1 => {
+                let name = object_parts(&names[0]).join(".");
+                self.admin(Admin::DropDatabase { name, if_exists }).await
+            }
+            Statement::Explain { statement, .. } => self.explain(*statement).await,
+            Statement::StartTransaction { .. } => self.admin(Admin::Begin).await,
+            Statement::Commit { .. } => self.admin(Admin::Commit).await,
+            Statement::Rollback { savepoint: None, .. } => self.admin(Admin::Rollback).await,
+            other => {
+                let text = other.to_string();
+                let head: String = text.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+                Err(SqlError::not_supported(head))
+            }
+        }
+    }
+
+    fn note_write(&mut self) {
+        if self.in_transaction {
+            self.wrote_in_transaction = true;
+        }
+    }
+
+    async fn admin(&mut self, a: Admin) -> SqlResult<Outcome> {
+        match a {
+            Admin::Empty => Err(SqlError::new(code::PARSE, "Query was empty")),
+            Admin::Set(vars) => {
+                for (name, value) in vars {
+                    if name == "autocommit" {
+                        let v = value.trim_matches('\'').to_ascii_lowercase();
+                        self.autocommit = !matches!(v.as_str(), "0" | "off" | "false");
+                        if !self.autocommit {
+                            self.in_transaction = true;
+                        }
+                    }
+                }
+                Ok(Outcome::ok())
+            }
+            Admin::Use(db) => {
+                self.use_db(&db).await?;
+                Ok(Outcome::ok())
+            }
+            Admin::Begin => {
+                self.in_transaction = true;
+                self.wrote_in_transaction = false;
+                Ok(Outcome::ok())
+            }
+            Admin::Commit => {
+                self.in_transaction = !self.autocommit;
+                self.wrote_in_transaction = false;
+                Ok(Outcome::ok())
+            }
+            Admin::Rollback => {
+                // Every statement commits on its own until cluster transactions land: a rollback
+                // after writes cannot undo them, and must say so.
+                let wrote = self.wrote_in_transaction;
+                self.in_transaction = !self.autocommit;
+                self.wrote_in_transaction = false;
+                if wrote {
+                    return Err(SqlError::not_supported(
+                        "ROLLBACK of writes (each statement is committed when it completes; transactions are not implemented yet)",
+                    ));
+                }
+                Ok(Outcome::ok())
+            }
+            Admin::CreateDatabase { name, if_not_exists } => {
+                check_ident("database", &name)?;
+                if name.starts_with('$') {
+                    return Err(SqlError::new(code::PARSE, format!("Incorrect database name '{name}'")));
+                }
+                if self.db_exists(&name) {
+                    if if_not_exists {
+                        return Ok(Outcome::ok());
+                    }
+                    return Err(SqlError::new(
+                        code::DB_CREATE_EXISTS,
+                        format!("Can't create database '{name}'; database exists"),
+                    ));
+                }
+                let spec = TableSpec {
+                    name: format!("{DB_MARKER_PREFIX}{name}"),
+                    columns: vec![Column::new("created", ColumnType::Bool).nullable()],
+                    primary_key: vec![],
+                    partition_key: vec![],
+                };
+                match self.client().create_table(spec, if_not_exists).await {
+                    Ok(_) => Ok(Outcome::affected(1)),
+                    Err(e) if e.code == ErrorCode::TableExists => Err(SqlError::new(
+                        code::DB_CREATE_EXISTS,
+                        format!("Can't create database '{name}'; database exists"),
+                    )),
+                    Err(e) => Err(SqlError::from_cluster(&e)),
+                }
+            }
+            Admin::DropDatabase { name, if_exists } => {
+                if !self.db_exists(&name) {
+                    if if_exists {
+                        return Ok(Outcome::ok());
+                    }
+                    return Err(SqlError::new(
+                        code::DB_DROP_EXISTS,
+                        format!("Can't drop database '{name}'; database doesn't exist"),
+                    ));
+                }
+                let tables = self.tables_in(&name);
+                for (_, t) in &tables {
+                    self.client().drop_table(&t.spec.name, true).await.map_err(|e| SqlError::from_cluster(&e))?;
+                }
+                self.client()
+                    .drop_table(&format!("{DB_MARKER_PREFIX}{name}"), true)
+                    .await
+                    .map_err(|e| SqlError::from_cluster(&e))?;
+                if self.db.as_deref().is_some_and(|d| d.eq_ignore_ascii_case(&name)) {
+                    self.db = None;
+                }
+                Ok(Outcome::affected(tables.len() as u64))
+            }
+            Admin::ShowDatabases { like: pat } => {
+                let rows = self.databases().into_iter().filter(|d| like_filter(&pat, d)).map(|d| vec![d]).collect();
+                Ok(text_rows(&["Database"], rows))
+            }
+            Admin::ShowTables { db, full, like: pat } => {
+                let db = self.db_for(db.as_deref())?;
+                if !self.db_exists(&db) {
+                    return Err(SqlError::bad_db(&db));
+                }
+                let title = format!("Tables_in_{db}");
+                let rows: Vec<Vec<String>> = self
+                    .tables_in(&db)
+                    .into_iter()
+                    .filter(|(n, _)| like_filter(&pat, n))
+                    .map(|(n, _)| if full { vec![n, "BASE TABLE".into()] } else { vec![n] })
+                    .collect();
+                if full {
+                    Ok(text_rows(&[&title, "Table_type"], rows))
+                } else {
+                    Ok(text_rows(&[&title], rows))
+                }
+            }
+            Admin::ShowColumns { db, table, full } => {
+                let t = self.resolve(&table_parts(db, table)).await?;
+                Ok(describe(&t, full))
+            }
+            Admin::ShowCreateTable { db, table } => {
+                let t = self.resolve(&table_parts(db, table)).await?;
+                Ok(text_rows(&["Table", "Create Table"], vec![vec![t.name.clone(), show_create(&t)]]))
+            }
+            Admin::ShowCreateDatabase(db) => {
+                if !self.db_exists(&db) {
+                    return Err(SqlError::bad_db(&db));
+                }
+                let text =
+                    format!("CREATE DATABASE `{db}` /*!40100 DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin */");
+                Ok(text_rows(&["Database", "Create Database"], vec![vec![db, text]]))
+            }
+            Admin::ShowIndex { db, table } => {
+                let t = self.resolve(&table_parts(db, table)).await?;
+                let mut rows = vec![];
+                if !t.table.hidden_pk {
+                    for (seq, &k) in t.table.spec.primary_key.iter().enumerate() {
+                        rows.push(vec![
+                            t.name.clone(),
+                            "0".into(),
+                            "PRIMARY".into(),
+                            (seq + 1).to_string(),
+                            t.col_name(k as usize).to_string(),
+                            "HASH".into(),
+                        ]);
+                    }
+                }
+                Ok(text_rows(&["Table", "Non_unique", "Key_name", "Seq_in_index", "Column_name", "Index_type"], rows))
+            }
+            Admin::ShowWarnings => Ok(text_rows(&["Level", "Code", "Message"], vec![])),
+            Admin::ShowVariables { like: pat } => {
+                let env = self.env();
+                let rows = SHOWN_VARIABLES
+                    .iter()
+                    .filter(|n| like_filter(&pat, n))
+                    .map(|n| {
+                        let v = system_variable(&env, n).and_then(|v| v.to_string_lossy()).unwrap_or_default();
+                        vec![n.to_string(), v]
+                    })
+                    .collect();
+                Ok(text_rows(&["Variable_name", "Value"], rows))
+            }
+            Admin::ShowStatus => Ok(text_rows(&["Variable_name", "Value"], vec![])),
+            Admin::ShowEngines => Ok(text_rows(
+                &["Engine", "Support", "Comment", "Transactions", "XA", "Savepoints"],
+                vec![vec![
+                    "ndbcluster".into(),
+                    "DEFAULT".into(),
+                    "Shoal: distributed, in-memory, replicated".into(),
+                    "NO".into(),
+                    "NO".into(),
+                    "NO".into(),
+                ]],
+            )),
+            Admin::ShowCollation => Ok(text_rows(
+                &["Collation", "Charset", "Id", "Default", "Compiled", "Sortlen"],
+                vec![vec!["utf8mb4_bin".into(), "utf8mb4".into(), "46".into(), "Yes".into(), "Yes".into(), "1".into()]],
+            )),
+            Admin::ShowCharset => Ok(text_rows(
+                &["Charset", "Description", "Default collation", "Maxlen"],
+                vec![vec!["utf8mb4".into(), "UTF-8 Unicode".into(), "utf8mb4_bin".into(), "4".into()]],
+            )),
+            Admin::ShowProcesslist => Ok(Outcome::Rows(ResultSet {
+                columns: ["Id", "User", "Host", "db", "Command", "Time", "State", "Info"]
+                    .iter()
+                    .map(|n| ColumnMeta::named(n, Some(WireType::Str { len: 64 })))
+                    .collect(),
+                rows: vec![vec![
+                    Val::UInt(u64::from(self.connection_id)),
+                    Val::Str(self.user.clone()),
+                    Val::Str("localhost".into()),
+                    opt_text(self.db.clone()),
+                    Val::Str("Query".into()),
+                    Val::Int(0),
+                    Val::Str("executing".into()),
+                    Val::Str("SHOW PROCESSLIST".into()),
+                ]],
+            })),
+        }
+    }
+
+    /// USE / COM_INIT_DB / the database of the handshake.
+    pub async fn use_db(&mut self, db: &str) -> SqlResult<()> {
+        if !self.db_exists(db) {
+            let _ = self.client().refresh().await;
+            if !self.db_exists(db) {
+                return Err(SqlError::bad_db(db));
+            }
+        }
+        let real = self.databases().into_iter().find(|d| d.eq_ignore_ascii_case(db)).unwrap_or_else(|| db.to_string());
+        self.db = Some(real);
+        Ok(())
+    }
+
+    // ----- prepared statements -----
+
+    pub fn prepare(&mut self, sql: &str) -> SqlResult<(u32, usize)> {
+        if self.prepared.len() >= MAX_PREPARED_PER_CONNECTION {
+            return Err(SqlError::new(
+                code::UNKNOWN,
+                format!("Can't create more than {MAX_PREPARED_PER_CONNECTION} prepared statements"),
+            ));
+        }
+        // Check the syntax now, as MySQL does, with NULL in every placeholder.
+        let placeholders = parse::placeholders(sql);
+        let probe = parse::substitute(sql, &placeholders, &vec![Val::Null; placeholders.len()]);
+        if parse::classify(&probe)?.is_none() {
+            parse::parse_one(&probe)?;
+        }
+        let id = self.next_statement;
+        self.next_statement = self.next_statement.wrapping_add(1).max(1);
+        let n = placeholders.len();
+        self.prepared.insert(id, Prepared { sql: sql.to_string(), placeholders });
+        Ok((id, n))
+    }
+
+    pub async fn execute(&mut self, id: u32, params: &[Val]) -> SqlResult<Outcome> {
+        let p = self.prepared.get(&id).cloned().ok_or_else(|| {
+            SqlError::new(
+                code::UNKNOWN_STMT_HANDLER,
+                format!("Unknown prepared statement handler ({id}) given to mysqld_stmt_execute"),
+            )
+        })?;
+        if params.len() != p.placeholders.len() {
+            return Err(SqlError::new(code::WRONG_ARGUMENTS, "Incorrect arguments to mysqld_stmt_execute"));
+        }
+        let sql = parse::substitute(&p.sql, &p.placeholders, params);
+        self.query(&sql).await
+    }
+
+    // ----- DDL -----
+
+    async fn create_table(&mut self, ct: &ast::CreateTable) -> SqlResult<Outcome> {
+        if ct.query.is_some() || ct.like.is_some() || ct.clone.is_some() {
+            return Err(SqlError::not_supported("CREATE TABLE ... AS SELECT / LIKE"));
+        }
+        if ct.temporary {
+            return Err(SqlError::not_supported("CREATE TEMPORARY TABLE"));
+        }
+        let parts = object_parts(&ct.name);
+        let (db, name) = match parts.as_slice() {
+            [t] => (self.db_for(None)?, t.clone()),
+            [d, t] => (d.clone(), t.clone()),
+            _ => return Err(SqlError::parse("bad table name")),
+        };
+        check_ident("table", &name)?;
+        if !self.db_exists(&db) {
+            return Err(SqlError::bad_db(&db));
+        }
+        let env = self.env();
+        let mut columns: Vec<Column> = vec![];
+        let mut pk: Vec<u32> = vec![];
+        let mut pk_defs = 0;
+        for cd in &ct.columns {
+            let cname = cd.name.value.clone();
+            check_ident("column", &cname)?;
+            if columns.iter().any(|c| c.name.eq_ignore_ascii_case(&cname)) {
+                return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{cname}'")));
+            }
+            let ty = SqlType::from_ast(&cd.data_type)?;
+            let (storage, max_len) = ty.storage()?;
+            let mut col = Column::new(&cname, storage);
+            col.max_len = max_len;
+            col.sql_type = ty.to_string();
+            col.nullable = true;
+            let mut default_expr = None;
+            for opt in &cd.options {
+                match &opt.option {
+                    ColumnOption::Null => col.nullable = true,
+                    ColumnOption::NotNull => col.nullable = false,
+                    ColumnOption::Default(e) => default_expr = Some(e.clone()),
+                    ColumnOption::PrimaryKey(_) => {
+                        pk_defs += 1;
+                        pk = vec![columns.len() as u32];
+                        col.nullable = false;
+                    }
+                    ColumnOption::DialectSpecific(tokens)
+                        if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
+                    {
+                        if !matches!(ty, SqlType::Int { .. }) {
+                            return Err(SqlError::new(
+                                code::WRONG_AUTO_KEY,
+                                format!("Incorrect column specifier for column '{cname}'"),
+                            ));
+                        }
+                        col.auto_increment = true;
+                        col.nullable = false;
+                    }
+                    ColumnOption::Comment(_) | ColumnOption::CharacterSet(_) | ColumnOption::Collation(_) => {}
+                    ColumnOption::Unique(_) => return Err(SqlError::not_supported("UNIQUE constraints")),
+                    other => return Err(SqlError::not_supported(format!("column option {other}"))),
+                }
+            }
+            if let Some(e) = default_expr {
+                let bad = || SqlError::new(code::INVALID_DEFAULT, format!("Invalid default value for '{cname}'"));
+                if col.auto_increment {
+                    return Err(bad());
+                }
+                let mut b = Binder::new(&env, None, "field list");
+                let v = match &e {
+                    ast::Expr::Identifier(i)
+                        if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("current_timestamp") =>
+                    {
+                        return Err(SqlError::not_supported("DEFAULT CURRENT_TIMESTAMP"));
+                    }
+                    ast::Expr::Function(_) => return Err(SqlError::not_supported("non-constant DEFAULT")),
+                    _ => b.bind(&e).map_err(|_| bad())?.eval(&[], &[]).map_err(|_| bad())?,
+                };
+                if v.is_null() {
+                    if !col.nullable {
+                        return Err(bad());
+                    }
+                } else {
+                    col.default = Some(ty.store(&cname, &v, 1).map_err(|_| bad())?);
+                }
+            }
+            columns.push(col);
+        }
+        for c in &ct.constraints {
+            match c {
+                TableConstraint::PrimaryKey(p) => {
+                    pk_defs += 1;
+                    pk = vec![];
+                    for ic in &p.columns {
+                        let n = match &ic.column.expr {
+                            ast::Expr::Identifier(i) => i.value.clone(),
+                            other => return Err(SqlError::not_supported(format!("key part {other}"))),
+                        };
+                        let i = columns.iter().position(|c| c.name.eq_ignore_ascii_case(&n)).ok_or_else(|| {
+                            SqlError::new(code::BAD_FIELD, format!("Key column '{n}' doesn't exist in table"))
+                        })?;
+                        if pk.contains(&(i as u32)) {
+                            return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{n}'")));
+                        }
+                        pk.push(i as u32);
+                        columns[i].nullable = false;
+                    }
+                }
+                // Secondary indexes are accepted: a scan is always correct (ordered indexes come
+                // with the data-node index work).
+                TableConstraint::Index(_) => {}
+                TableConstraint::Unique(_) => return Err(SqlError::not_supported("UNIQUE constraints")),
+                TableConstraint::ForeignKey(_) => return Err(SqlError::not_supported("FOREIGN KEY constraints")),
+                other => return Err(SqlError::not_supported(format!("table constraint {other}"))),
+            }
+        }
+        if pk_defs > 1 {
+            return Err(SqlError::new(code::MULTIPLE_PRI_KEY, "Multiple primary key defined"));
+        }
+        let autos: Vec<usize> = columns.iter().enumerate().filter(|(_, c)| c.auto_increment).map(|(i, _)| i).collect();
+        if autos.len() > 1 || (autos.len() == 1 && pk != vec![autos[0] as u32]) {
+            return Err(SqlError::new(
+                code::WRONG_AUTO_KEY,
+                "Incorrect table definition; there can be only one auto column and it must be the whole primary key",
+            ));
+        }
+        for &k in &pk {
+            if columns[k as usize].ty == ColumnType::Float {
+                return Err(SqlError::not_supported("FLOAT/DOUBLE primary key columns"));
+            }
+        }
+        let spec = TableSpec { name: format!("{db}.{name}"), columns, primary_key: pk, partition_key: vec![] };
+        match self.client().create_table(spec, ct.if_not_exists).await {
+            Ok(_) => Ok(Outcome::ok()),
+            Err(e) if e.code == ErrorCode::TableExists => {
+                Err(SqlError::new(code::TABLE_EXISTS, format!("Table '{name}' already exists")))
+            }
+            Err(e) if e.code == ErrorCode::InvalidArgument => Err(SqlError::new(code::TOO_BIG_ROWSIZE, e.message)),
+            Err(e) => Err(SqlError::from_cluster(&e)),
+        }
+    }
+
+    async fn drop_tables(&mut self, names: &[ast::ObjectName], if_exists: bool) -> SqlResult<Outcome> {
+        let mut missing = vec![];
+        for n in names {
+            let parts = object_parts(n);
+            let (db, t) = match parts.as_slice() {
+                [t] => (self.db_for(None)?, t.clone()),
+                [d, t] => (d.clone(), t.clone()),
+                _ => return Err(SqlError::parse("bad table name")),
+            };
+            let full = format!("{db}.{t}");
+            if self.client().map().table(&full).is_none() {
+                let _ = self.client().refresh().await;
+            }
+            if self.client().map().table(&full).is_none() {
+                missing.push(full);
+                continue;
+            }
+            match self.client().drop_table(&full, if_exists).await {
+                Ok(()) => {}
+                Err(e) if e.code == ErrorCode::NoSuchTable => missing.push(full),
+                Err(e) => return Err(SqlError::from_cluster(&e)),
+            }
+        }
+        if !missing.is_empty() && !if_exists {
+            return Err(SqlError::new(code::BAD_TABLE, format!("Unknown table '{}'", missing.join(","))));
+        }
+        Ok(Outcome::ok())
+    }
+
+    async fn explain(&mut self, stmt: Statement) -> SqlResult<Outcome> {
+        let (table, selection) = match &stmt {
+            Statement::Query(q) => match q.body.as_ref() {
+                ast::SetExpr::Select(s) if s.from.len() == 1 => (Some(s.from[0].relation.clone()), s.selection.clone()),
+                ast::SetExpr::Select(_) => (None, None),
+                _ => return Err(SqlError::not_supported("EXPLAIN of this statement")),
+            },
+            Statement::Update(u) => (Some(u.table.relation.clone()), u.selection.clone()),
+            Statement::Delete(d) => match &d.from {
+                ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) if f.len() == 1 => {
+                    (Some(f[0].relation.clone()), d.selection.clone())
+                }
+                _ => return Err(SqlError::not_supported("EXPLAIN of this statement")),
+            },
+            _ => return Err(SqlError::not_supported("EXPLAIN of this statement")),
+        };
+        let (name, access, pushed) = match table {
+            None => ("NULL".to_string(), "no table".to_string(), String::new()),
+            Some(ast::TableFactor::Table { name, .. }) => {
+                let t = self.resolve(&object_parts(&name)).await?;
+                let env = self.env();
+                let filter = match &selection {
+                    Some(e) => Some(Binder::new(&env, Some(&t), "where clause").bind(e)?),
+                    None => None,
+                };
+                let a = crate::sql::plan::choose(&t, filter.as_ref());
+                let pushed = match &a {
+                    crate::sql::plan::Access::Scan(f) => f
+                        .iter()
+                        .map(|f| format!("{} {:?} {:?}", t.col_name(f.column as usize), f.op, f.value))
+                        .collect::<Vec<_>>()
+                        .join(" AND "),
+                    _ => String::new(),
+                };
+                (t.name.clone(), a.describe(), pushed)
+            }
+            Some(_) => return Err(SqlError::not_supported("EXPLAIN of this statement")),
+        };
+        Ok(text_rows(&["table", "access", "pushed_filters"], vec![vec![name, access, pushed]]))
+    }
+}
+
+fn table_parts(db: Option<String>, table: String) -> Vec<String> {
+    match db {
+        Some(d) => vec![d, table],
+        None => vec![table],
+    }
+}
+
+fn default_text(t: &TableRef, i: usize) -> Option<String> {
+    let c = &t.table.columns()[i];
+    c.default.as_ref().and_then(|v| t.types[i].load(v).to_string_lossy())
+}
+
+/// DESCRIBE / SHOW COLUMNS.
+fn describe(t: &TableRef, full: bool) -> Outcome {
+    let mut names = vec!["Field", "Type"];
+    if full {
+        names.push("Collation");
+    }
+    names.extend(["Null", "Key", "Default", "Extra"]);
+    let mut rows = vec![];
+    for i in 0..t.visible() {
+        let c = &t.table.columns()[i];
+        let key = if !t.table.hidden_pk && t.table.spec.primary_key.contains(&(i as u32)) { "PRI" } else { "" };
+        let mut row = vec![Val::Str(c.name.clone()), Val::Str(t.types[i].to_string())];
+        if full {
+            row.push(if t.types[i].is_text() { Val::Str("utf8mb4_bin".into()) } else { Val::Null });
+        }
+        row.push(Val::Str(if c.nullable { "YES" } else { "NO" }.into()));
+        row.push(Val::Str(key.into()));
+        row.push(opt_text(default_text(t, i)));
+        row.push(Val::Str(if c.auto_increment { "auto_increment" } else { "" }.into()));
+        rows.push(row);
+    }
+    Outcome::Rows(ResultSet {
+        columns: names.iter().map(|n| ColumnMeta::named(n, Some(WireType::Str { len: 256 }))).collect(),
+        rows,
+    })
+}
+
+/// SHOW CREATE TABLE text.
+pub fn show_create(t: &TableRef) -> String {
+    let mut lines = vec![];
+    for i in 0..t.visible() {
+        let c = &t.table.columns()[i];
+        let mut l = format!("  `{}` {}", c.name, t.types[i]);
+        if !c.nullable {
+            l.push_str(" NOT NULL");
+        }
+        if c.auto_increment {
+            l.push_str(" AUTO_INCREMENT");
+        } else if let Some(d) = default_text(t, i) {
+            let quoted = match c.default {
+                Some(Value::Int(_) | Value::Uint(_) | Value::Float(_))
+                    if !matches!(t.types[i], SqlType::Decimal { .. }) =>
+                {
+                    d
+                }
+                _ => format!("'{}'", d.replace('\'', "''")),
+            };
+            l.push_str(&format!(" DEFAULT {quoted}"));
+        } else if c.nullable {
+            l.push_str(" DEFAULT NULL");
+        }
+        lines.push(l);
+    }
+    if !t.table.hidden_pk {
+        let cols: Vec<String> =
+            t.table.spec.primary_key.iter().map(|&k| format!("`{}`", t.col_name(k as usize))).collect();
+        lines.push(format!("  PRIMARY KEY ({})", cols.join(",")));
+    }
+    format!(
+        "CREATE TABLE `{}` (\n{}\n) ENGINE=ndbcluster DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        t.name,
+        lines.join(",\n")
+    )
+}
+
+/// True when `s` matches a SHOW ... LIKE pattern (case-insensitive, as MySQL).
+pub fn show_like(pattern: &str, s: &str) -> bool {
+    like(&s.to_lowercase(), &pattern.to_lowercase(), '\\')
+}

@@ -1,0 +1,670 @@
+//! Binding: sqlparser expressions → [`Expr`] against one table (or none). Resolves column names
+//! to positions, session functions and `@@variables` to constants, and collects aggregates.
+
+use shoal_proto::Table;
+use sqlparser::ast::{
+    self, BinaryOperator, DataType, DuplicateTreatment, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator,
+    Value as AstValue,
+};
+
+use crate::error::{code, SqlError, SqlResult};
+use crate::sql::expr::{AggKind, AggSpec, CastTo, Cmp, Expr, Func};
+use crate::types::SqlType;
+use crate::val::{ArithOp, Dec, Val};
+
+/// A table of the catalog as SQL sees it.
+#[derive(Clone, Debug)]
+pub struct TableRef {
+    pub db: String,
+    pub name: String,
+    pub alias: Option<String>,
+    pub table: Table,
+    pub types: Vec<SqlType>,
+}
+
+impl TableRef {
+    pub fn new(db: &str, name: &str, table: Table) -> TableRef {
+        let types = table.columns().iter().map(SqlType::of_column).collect();
+        TableRef { db: db.to_string(), name: name.to_string(), alias: None, table, types }
+    }
+
+    /// Columns a user sees (the hidden key excluded).
+    pub fn visible(&self) -> usize {
+        self.table.visible_columns()
+    }
+
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.table.column_index(name).filter(|&i| i < self.visible())
+    }
+
+    pub fn col_name(&self, i: usize) -> &str {
+        &self.table.columns()[i].name
+    }
+
+    fn matches_qualifier(&self, q: &str) -> bool {
+        match &self.alias {
+            Some(a) => a.eq_ignore_ascii_case(q),
+            None => self.name.eq_ignore_ascii_case(q),
+        }
+    }
+}
+
+/// What session functions and system variables read.
+#[derive(Clone, Debug, Default)]
+pub struct Env {
+    pub db: Option<String>,
+    pub user: String,
+    pub connection_id: u32,
+    pub last_insert_id: u64,
+    pub row_count: i64,
+    pub found_rows: u64,
+    pub autocommit: bool,
+    pub version: String,
+    /// Seconds since the Unix epoch, fixed for one statement (NOW()).
+    pub now_secs: u64,
+}
+
+pub struct Binder<'a> {
+    pub env: &'a Env,
+    pub table: Option<&'a TableRef>,
+    pub aggs: Vec<AggSpec>,
+    pub allow_aggs: bool,
+    /// For error messages: 'field list', 'where clause', 'order clause', ...
+    pub place: &'static str,
+    /// Select-list aliases that HAVING and ORDER BY may use where no column has the name.
+    pub aliases: Vec<(String, Expr)>,
+}
+
+fn ident_name(parts: &[ast::Ident]) -> String {
+    parts.iter().map(|i| i.value.as_str()).collect::<Vec<_>>().join(".")
+}
+
+/// Parses a numeric literal as MySQL types it: integer, exact decimal, or double.
+pub fn number_literal(text: &str) -> SqlResult<Val> {
+    if text.contains(['e', 'E']) {
+        return text.parse::<f64>().map(Val::Float).map_err(|_| SqlError::parse(format!("bad number {text}")));
+    }
+    if !text.contains('.') {
+        if let Ok(i) = text.parse::<i64>() {
+            return Ok(Val::Int(i));
+        }
+        if let Ok(u) = text.parse::<u64>() {
+            return Ok(Val::UInt(u));
+        }
+    }
+    Dec::parse(text).map(Val::Dec).ok_or_else(|| SqlError::parse(format!("bad number {text}")))
+}
+
+/// Converts an AST literal.
+pub fn literal(v: &AstValue) -> SqlResult<Val> {
+    Ok(match v {
+        AstValue::Number(n, _) => number_literal(&n.to_string())?,
+        AstValue::SingleQuotedString(s)
+        | AstValue::DoubleQuotedString(s)
+        | AstValue::EscapedStringLiteral(s)
+        | AstValue::NationalStringLiteral(s)
+        | AstValue::TripleSingleQuotedString(s)
+        | AstValue::TripleDoubleQuotedString(s) => Val::Str(s.clone()),
+        AstValue::HexStringLiteral(h) => {
+            let h = if h.len() % 2 == 1 { format!("0{h}") } else { h.clone() };
+            let bytes: Option<Vec<u8>> =
+                (0..h.len()).step_by(2).map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok()).collect();
+            Val::Bytes(bytes.ok_or_else(|| SqlError::parse(format!("bad hex literal X'{h}'")))?)
+        }
+        AstValue::SingleQuotedByteStringLiteral(s) | AstValue::DoubleQuotedByteStringLiteral(s) => {
+            Val::Bytes(s.clone().into_bytes())
+        }
+        AstValue::Boolean(b) => Val::bool(*b),
+        AstValue::Null => Val::Null,
+        AstValue::Placeholder(p) => {
+            return Err(SqlError::parse(format!("placeholder {p} outside a prepared statement")));
+        }
+        other => return Err(SqlError::not_supported(format!("literal {other}"))),
+    })
+}
+
+fn func_arity(name: &str, n: usize, ok: bool) -> SqlResult<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(SqlError::new(
+            code::WRONG_PARAMCOUNT_TO_NATIVE_FCT,
+            format!("Incorrect parameter count in the call to native function '{name}' ({n} given)"),
+        ))
+    }
+}
+
+impl<'a> Binder<'a> {
+    pub fn new(env: &'a Env, table: Option<&'a TableRef>, place: &'static str) -> Binder<'a> {
+        Binder { env, table, aggs: vec![], allow_aggs: false, place, aliases: vec![] }
+    }
+
+    fn column(&self, qualifier: Option<&[ast::Ident]>, name: &ast::Ident) -> SqlResult<Expr> {
+        let full = match qualifier {
+            Some(q) => format!("{}.{}", ident_name(q), name.value),
+            None => name.value.clone(),
+        };
+        if qualifier.is_none() && self.table.is_none_or(|t| t.column(&name.value).is_none()) {
+            if let Some((_, e)) = self.aliases.iter().find(|(a, _)| a.eq_ignore_ascii_case(&name.value)) {
+                return Ok(e.clone());
+            }
+        }
+        let Some(t) = self.table else { return Err(SqlError::bad_field(&full, self.place)) };
+        if let Some(q) = qualifier {
+            let ok = match q {
+                [tbl] => t.matches_qualifier(&tbl.value),
+                [db, tbl] => db.value.eq_ignore_ascii_case(&t.db) && t.name.eq_ignore_ascii_case(&tbl.value),
+                _ => false,
+            };
+            if !ok {
+                return Err(SqlError::bad_field(&full, self.place));
+            }
+        }
+        t.column(&name.value).map(Expr::Col).ok_or_else(|| SqlError::bad_field(&full, self.place))
+    }
+
+    pub fn bind(&mut self, e: &ast::Expr) -> SqlResult<Expr> {
+        use ast::Expr as A;
+        let bx = |e: Expr| Box::new(e);
+        Ok(match e {
+            A::Identifier(id) => {
+                if let Some(var) = id.value.strip_prefix("@@") {
+                    return Ok(Expr::Lit(self.sysvar(var)?));
+                }
+                if id.quote_style.is_none() {
+                    match id.value.to_ascii_lowercase().as_str() {
+                        "current_timestamp" | "localtimestamp" | "localtime" => {
+                            return Ok(Expr::Lit(Val::Str(now_string(self.env.now_secs, true))))
+                        }
+                        "current_date" => return Ok(Expr::Lit(Val::Str(now_string(self.env.now_secs, false)))),
+                        "current_user" => return Ok(Expr::Lit(Val::Str(format!("{}@%", self.env.user)))),
+                        _ => {}
+                    }
+                }
+                self.column(None, id)?
+            }
+            A::CompoundIdentifier(parts) => {
+                if let Some(first) = parts.first() {
+                    if first.value.starts_with("@@") {
+                        let name = parts.last().map(|p| p.value.clone()).unwrap_or_default();
+                        let name = name.strip_prefix("@@").unwrap_or(&name).to_string();
+                        return Ok(Expr::Lit(self.sysvar(&name)?));
+                    }
+                }
+                let (last, quals) = parts.split_last().ok_or_else(|| SqlError::parse("empty identifier"))?;
+                self.column(Some(quals), last)?
+            }
+            A::Value(v) => Expr::Lit(literal(&v.value)?),
+            A::TypedString(ts) => {
+                let text = match &ts.value.value {
+                    AstValue::SingleQuotedString(s) | AstValue::DoubleQuotedString(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                match ts.data_type {
+                    DataType::Date => crate::sql::expr::cast(Val::Str(text), CastTo::Date).map(Expr::Lit)?,
+                    DataType::Datetime(_) | DataType::Timestamp(..) => {
+                        crate::sql::expr::cast(Val::Str(text), CastTo::Datetime).map(Expr::Lit)?
+                    }
+                    _ => Expr::Lit(Val::Str(text)),
+                }
+            }
+            A::Nested(inner) => self.bind(inner)?,
+            A::UnaryOp { op, expr } => {
+                let inner = self.bind(expr)?;
+                match op {
+                    UnaryOperator::Minus => match inner {
+                        Expr::Lit(Val::UInt(u)) if u == 1u64 << 63 => Expr::Lit(Val::Int(i64::MIN)),
+                        other => Expr::Neg(bx(other)),
+                    },
+                    UnaryOperator::Plus => inner,
+                    UnaryOperator::Not | UnaryOperator::BangNot => Expr::Not(bx(inner)),
+                    other => return Err(SqlError::not_supported(format!("operator {other}"))),
+                }
+            }
+            A::BinaryOp { left, op, right } => {
+                let (l, r) = (self.bind(left)?, self.bind(right)?);
+                let arith = |o| Expr::Arith(o, bx(l.clone()), bx(r.clone()));
+                let cmp = |o| Expr::Cmp(o, bx(l.clone()), bx(r.clone()));
+                match op {
+                    BinaryOperator::Plus => arith(ArithOp::Add),
+                    BinaryOperator::Minus => arith(ArithOp::Sub),
+                    BinaryOperator::Multiply => arith(ArithOp::Mul),
+                    BinaryOperator::Divide => arith(ArithOp::Div),
+                    BinaryOperator::Modulo => arith(ArithOp::Mod),
+                    BinaryOperator::MyIntegerDivide => arith(ArithOp::IntDiv),
+                    BinaryOperator::Eq => cmp(Cmp::Eq),
+                    BinaryOperator::NotEq => cmp(Cmp::Ne),
+                    BinaryOperator::Lt => cmp(Cmp::Lt),
+                    BinaryOperator::LtEq => cmp(Cmp::Le),
+                    BinaryOperator::Gt => cmp(Cmp::Gt),
+                    BinaryOperator::GtEq => cmp(Cmp::Ge),
+                    BinaryOperator::Spaceship => cmp(Cmp::NullSafeEq),
+                    BinaryOperator::And => Expr::And(bx(l), bx(r)),
+                    BinaryOperator::Or | BinaryOperator::StringConcat => Expr::Or(bx(l), bx(r)),
+                    BinaryOperator::Xor => Expr::Xor(bx(l), bx(r)),
+                    other => return Err(SqlError::not_supported(format!("operator {other}"))),
+                }
+            }
+            A::IsNull(x) => Expr::IsNull(bx(self.bind(x)?), false),
+            A::IsNotNull(x) => Expr::IsNull(bx(self.bind(x)?), true),
+            A::IsTrue(x) => Expr::IsBool(bx(self.bind(x)?), true, false),
+            A::IsNotTrue(x) => Expr::IsBool(bx(self.bind(x)?), true, true),
+            A::IsFalse(x) => Expr::IsBool(bx(self.bind(x)?), false, false),
+            A::IsNotFalse(x) => Expr::IsBool(bx(self.bind(x)?), false, true),
+            A::IsUnknown(x) => Expr::IsNull(bx(self.bind(x)?), false),
+            A::IsNotUnknown(x) => Expr::IsNull(bx(self.bind(x)?), true),
+            A::IsDistinctFrom(a, c) => Expr::Not(bx(Expr::Cmp(Cmp::NullSafeEq, bx(self.bind(a)?), bx(self.bind(c)?)))),
+            A::IsNotDistinctFrom(a, c) => Expr::Cmp(Cmp::NullSafeEq, bx(self.bind(a)?), bx(self.bind(c)?)),
+            A::In { expr, target, negated, .. } => match target {
+                ast::InTarget::List(list) => {
+                    let x = self.bind(expr)?;
+                    let l = list.iter().map(|e| self.bind(e)).collect::<SqlResult<Vec<_>>>()?;
+                    Expr::InList(bx(x), l, *negated)
+                }
+                _ => return Err(SqlError::not_supported("subqueries")),
+            },
+            A::Between { expr, negated, low, high } => {
+                Expr::Between(bx(self.bind(expr)?), bx(self.bind(low)?), bx(self.bind(high)?), *negated)
+            }
+            A::Like { negated, expr, pattern, escape_char, any: false } => {
+                let esc = self.escape(escape_char.as_deref())?;
+                Expr::Like(bx(self.bind(expr)?), bx(self.bind(pattern)?), esc, *negated, false)
+            }
+            A::ILike { negated, expr, pattern, escape_char, any: false } => {
+                let esc = self.escape(escape_char.as_deref())?;
+                Expr::Like(bx(self.bind(expr)?), bx(self.bind(pattern)?), esc, *negated, true)
+            }
+            A::Case { operand, conditions, else_result, .. } => {
+                let operand = match operand {
+                    Some(o) => Some(bx(self.bind(o)?)),
+                    None => None,
+                };
+                let whens = conditions
+                    .iter()
+                    .map(|w| Ok((self.bind(&w.condition)?, self.bind(&w.result)?)))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                let otherwise = match else_result {
+                    Some(e) => Some(bx(self.bind(e)?)),
+                    None => None,
+                };
+                Expr::Case { operand, whens, otherwise }
+            }
+            A::Cast { expr, data_type, .. } | A::Convert { expr, data_type: Some(data_type), .. } => {
+                let to = cast_target(data_type)?;
+                Expr::Cast(bx(self.bind(expr)?), to)
+            }
+            A::Substring { expr, substring_from, substring_for, .. } => {
+                let mut args = vec![self.bind(expr)?];
+                args.push(match substring_from {
+                    Some(f) => self.bind(f)?,
+                    None => Expr::Lit(Val::Int(1)),
+                });
+                if let Some(f) = substring_for {
+                    args.push(self.bind(f)?);
+                }
+                Expr::Func(Func::Substring, args)
+            }
+            A::Trim { expr, trim_where: None, trim_what: None, .. } => Expr::Func(Func::Trim, vec![self.bind(expr)?]),
+            A::Ceil { expr, field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) } => {
+                Expr::Func(Func::Ceil, vec![self.bind(expr)?])
+            }
+            A::Floor { expr, field: ast::CeilFloorKind::DateTimeField(ast::DateTimeField::NoDateTime) } => {
+                Expr::Func(Func::Floor, vec![self.bind(expr)?])
+            }
+            A::Function(f) => self.function(f)?,
+            A::Subquery(_) | A::Exists { .. } => return Err(SqlError::not_supported("subqueries")),
+            A::Tuple(_) => {
+                return Err(SqlError::new(code::OPERAND_COLUMNS, "Operand should contain 1 column(s)"));
+            }
+            other => return Err(SqlError::not_supported(format!("expression {other}"))),
+        })
+    }
+
+    fn escape(&mut self, e: Option<&ast::Expr>) -> SqlResult<char> {
+        let Some(e) = e else { return Ok('\\') };
+        match self.bind(e)? {
+            Expr::Lit(v) => {
+                let s = v.to_string_lossy().unwrap_or_default();
+                let mut chars = s.chars();
+                match (chars.next(), chars.next()) {
+                    (Some(c), None) => Ok(c),
+                    (None, _) => Ok('\\'),
+                    _ => Err(SqlError::new(code::WRONG_ARGUMENTS, "Incorrect arguments to ESCAPE")),
+                }
+            }
+            _ => Err(SqlError::new(code::WRONG_ARGUMENTS, "Incorrect arguments to ESCAPE")),
+        }
+    }
+
+    fn function(&mut self, f: &ast::Function) -> SqlResult<Expr> {
+        let name = f.name.0.last().map(|p| p.to_string()).unwrap_or_default().to_ascii_lowercase();
+        let name = name.trim_matches('`').to_string();
+        if f.over.is_some() {
+            return Err(SqlError::not_supported("window functions"));
+        }
+        let (arg_list, distinct) = match &f.args {
+            FunctionArguments::None => (vec![], false),
+            FunctionArguments::Subquery(_) => return Err(SqlError::not_supported("subqueries")),
+            FunctionArguments::List(l) => {
+                (l.args.iter().collect::<Vec<_>>(), matches!(l.duplicate_treatment, Some(DuplicateTreatment::Distinct)))
+            }
+        };
+        let n = arg_list.len();
+        let agg = match name.as_str() {
+            "count" => Some(AggKind::Count),
+            "sum" => Some(AggKind::Sum),
+            "min" => Some(AggKind::Min),
+            "max" => Some(AggKind::Max),
+            "avg" => Some(AggKind::Avg),
+            _ => None,
+        };
+        if let Some(mut kind) = agg {
+            if !self.allow_aggs {
+                return Err(SqlError::new(code::INVALID_GROUP_FUNC_USE, "Invalid use of group function"));
+            }
+            if distinct && kind != AggKind::Count {
+                return Err(SqlError::not_supported(format!("{}(DISTINCT ...)", name.to_uppercase())));
+            }
+            if distinct {
+                return Err(SqlError::not_supported("COUNT(DISTINCT ...)"));
+            }
+            func_arity(&name, n, n == 1)?;
+            let arg = match arg_list[0] {
+                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) if kind == AggKind::Count => {
+                    kind = AggKind::CountStar;
+                    None
+                }
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => {
+                    // Aggregates do not nest.
+                    self.allow_aggs = false;
+                    let r = self.bind(e);
+                    self.allow_aggs = true;
+                    Some(r?)
+                }
+                _ => return Err(SqlError::parse(format!("bad argument to {name}"))),
+            };
+            let spec = AggSpec { kind, arg, distinct };
+            let i = match self.aggs.iter().position(|a| *a == spec) {
+                Some(i) => i,
+                None => {
+                    self.aggs.push(spec);
+                    self.aggs.len() - 1
+                }
+            };
+            return Ok(Expr::Agg(i));
+        }
+        let mut args = vec![];
+        for a in &arg_list {
+            match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => args.push(self.bind(e)?),
+                _ => return Err(SqlError::parse(format!("bad argument to {name}"))),
+            }
+        }
+        let env = self.env;
+        let lit = |v: Val| Ok(Expr::Lit(v));
+        let fixed = |func: Func, ok: bool, args: Vec<Expr>| -> SqlResult<Expr> {
+            func_arity(&name, n, ok)?;
+            Ok(Expr::Func(func, args))
+        };
+        match name.as_str() {
+            "database" | "schema" => {
+                func_arity(&name, n, n == 0)?;
+                lit(env.db.clone().map_or(Val::Null, Val::Str))
+            }
+            "version" => lit(Val::Str(env.version.clone())),
+            "user" | "current_user" | "session_user" | "system_user" => {
+                lit(Val::Str(format!("{}@localhost", env.user)))
+            }
+            "connection_id" => lit(Val::UInt(u64::from(env.connection_id))),
+            "last_insert_id" if n == 0 => lit(Val::UInt(env.last_insert_id)),
+            "row_count" => lit(Val::Int(env.row_count)),
+            "found_rows" => lit(Val::UInt(env.found_rows)),
+            "now" | "current_timestamp" | "sysdate" | "localtime" | "localtimestamp" | "utc_timestamp" => {
+                lit(Val::Str(now_string(env.now_secs, true)))
+            }
+            "curdate" | "current_date" | "utc_date" => lit(Val::Str(now_string(env.now_secs, false))),
+            "unix_timestamp" if n == 0 => lit(Val::UInt(env.now_secs)),
+            "coalesce" => fixed(Func::Coalesce, n >= 1, args),
+            "ifnull" => fixed(Func::IfNull, n == 2, args),
+            "nullif" => fixed(Func::NullIf, n == 2, args),
+            "if" => fixed(Func::If, n == 3, args),
+            "concat" => fixed(Func::Concat, n >= 1, args),
+            "concat_ws" => fixed(Func::ConcatWs, n >= 2, args),
+            "length" | "octet_length" => fixed(Func::Length, n == 1, args),
+            "char_length" | "character_length" => fixed(Func::CharLength, n == 1, args),
+            "upper" | "ucase" => fixed(Func::Upper, n == 1, args),
+            "lower" | "lcase" => fixed(Func::Lower, n == 1, args),
+            "abs" => fixed(Func::Abs, n == 1, args),
+            "sign" => fixed(Func::Sign, n == 1, args),
+            "round" => fixed(Func::Round, n == 1 || n == 2, args),
+            "floor" => fixed(Func::Floor, n == 1, args),
+            "ceil" | "ceiling" => fixed(Func::Ceil, n == 1, args),
+            "mod" => fixed(Func::Mod, n == 2, args),
+            "substring" | "substr" | "mid" => fixed(Func::Substring, n == 2 || n == 3, args),
+            "trim" => fixed(Func::Trim, n == 1, args),
+            "ltrim" => fixed(Func::LTrim, n == 1, args),
+            "rtrim" => fixed(Func::RTrim, n == 1, args),
+            "left" => fixed(Func::Left, n == 2, args),
+            "right" => fixed(Func::Right, n == 2, args),
+            "replace" => fixed(Func::Replace, n == 3, args),
+            "greatest" => fixed(Func::Greatest, n >= 2, args),
+            "least" => fixed(Func::Least, n >= 2, args),
+            "hex" => fixed(Func::Hex, n == 1, args),
+            _ => Err(SqlError::new(code::SP_DOES_NOT_EXIST, format!("FUNCTION {name} does not exist"))),
+        }
+    }
+
+    fn sysvar(&self, name: &str) -> SqlResult<Val> {
+        let lower = name.to_ascii_lowercase();
+        let lower = lower.strip_prefix("session.").or_else(|| lower.strip_prefix("global.")).unwrap_or(&lower);
+        let lower = lower.strip_prefix("local.").unwrap_or(lower);
+        system_variable(self.env, lower)
+            .ok_or_else(|| SqlError::new(code::UNKNOWN_SYSTEM_VARIABLE, format!("Unknown system variable '{name}'")))
+    }
+}
+
+/// Values of the system variables drivers and tools read. Everything is read-only.
+pub fn system_variable(env: &Env, name: &str) -> Option<Val> {
+    let s = |x: &str| Some(Val::Str(x.to_string()));
+    let i = |x: i64| Some(Val::Int(x));
+    match name {
+        "version" => s(&env.version),
+        "version_comment" => s("Shoal"),
+        "version_compile_os" => s("Linux"),
+        "version_compile_machine" => s(std::env::consts::ARCH),
+        "max_allowed_packet" => i(crate::server::MAX_PACKET_BYTES as i64),
+        "net_buffer_length" => i(16384),
+        "wait_timeout" | "interactive_timeout" => i(28800),
+        "net_read_timeout" => i(30),
+        "net_write_timeout" => i(60),
+        "autocommit" => i(i64::from(env.autocommit)),
+        "transaction_isolation" | "tx_isolation" => s("READ-COMMITTED"),
+        "transaction_read_only" | "tx_read_only" | "read_only" | "super_read_only" => i(0),
+        "sql_mode" => s("STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION"),
+        "character_set_client"
+        | "character_set_connection"
+        | "character_set_results"
+        | "character_set_server"
+        | "character_set_database"
+        | "character_set_system" => s("utf8mb4"),
+        "collation_connection" | "collation_server" | "collation_database" => s("utf8mb4_bin"),
+        "lower_case_table_names" => i(1),
+        "time_zone" => s("SYSTEM"),
+        "system_time_zone" => s("UTC"),
+        "socket" => Some(Val::Null),
+        "port" => i(3306),
+        "hostname" => s("localhost"),
+        "server_id" => i(i64::from(env.connection_id >> 24)),
+        "license" => s("Apache-2.0"),
+        "sql_select_limit" => Some(Val::UInt(u64::MAX)),
+        "auto_increment_increment" | "auto_increment_offset" => i(1),
+        "performance_schema" | "have_query_cache" | "query_cache_size" | "query_cache_type" => i(0),
+        "default_storage_engine" | "storage_engine" | "default_tmp_storage_engine" => s("ndbcluster"),
+        "init_connect" => s(""),
+        "warning_count" | "error_count" => i(0),
+        "identity" | "last_insert_id" => Some(Val::UInt(env.last_insert_id)),
+        "sql_auto_is_null" | "sql_safe_updates" | "unique_checks" | "foreign_key_checks" => i(0),
+        "lock_wait_timeout" | "innodb_lock_wait_timeout" => i(2),
+        "default_authentication_plugin" => s("mysql_native_password"),
+        "div_precision_increment" => i(i64::from(crate::val::DIV_PRECISION_INCREMENT)),
+        "max_connections" => i(i64::from(crate::server::MAX_CONNECTIONS)),
+        _ => None,
+    }
+}
+
+/// Every variable `SHOW VARIABLES` lists.
+pub const SHOWN_VARIABLES: &[&str] = &[
+    "auto_increment_increment",
+    "auto_increment_offset",
+    "autocommit",
+    "character_set_client",
+    "character_set_connection",
+    "character_set_database",
+    "character_set_results",
+    "character_set_server",
+    "character_set_system",
+    "collation_connection",
+    "collation_database",
+    "collation_server",
+    "default_storage_engine",
+    "div_precision_increment",
+    "hostname",
+    "interactive_timeout",
+    "license",
+    "lock_wait_timeout",
+    "lower_case_table_names",
+    "max_allowed_packet",
+    "max_connections",
+    "net_buffer_length",
+    "net_read_timeout",
+    "net_write_timeout",
+    "read_only",
+    "sql_mode",
+    "system_time_zone",
+    "time_zone",
+    "transaction_isolation",
+    "transaction_read_only",
+    "tx_isolation",
+    "version",
+    "version_comment",
+    "version_compile_machine",
+    "version_compile_os",
+    "wait_timeout",
+];
+
+fn cast_target(dt: &DataType) -> SqlResult<CastTo> {
+    use DataType as D;
+    Ok(match dt {
+        D::Signed | D::SignedInteger | D::Int(_) | D::Integer(_) | D::BigInt(_) => CastTo::Signed,
+        D::Unsigned | D::UnsignedInteger | D::IntUnsigned(_) | D::BigIntUnsigned(_) => CastTo::Unsigned,
+        D::Char(_) | D::Varchar(_) | D::Text | D::Nvarchar(_) | D::Character(_) => CastTo::Char,
+        D::Binary(_) | D::Varbinary(_) | D::Blob(_) => CastTo::Binary,
+        D::Double(_) | D::DoublePrecision | D::Float(_) | D::Real => CastTo::Double,
+        D::Decimal(i) | D::Numeric(i) | D::Dec(i) => {
+            let s = match i {
+                ast::ExactNumberInfo::PrecisionAndScale(_, s) => (*s).clamp(0, 30) as u8,
+                _ => 0,
+            };
+            CastTo::Decimal { s }
+        }
+        D::Date => CastTo::Date,
+        D::Datetime(_) | D::Timestamp(..) => CastTo::Datetime,
+        other => return Err(SqlError::not_supported(format!("CAST to {other}"))),
+    })
+}
+
+/// `YYYY-MM-DD hh:mm:ss` (or the date only) in UTC for a Unix time.
+pub fn now_string(secs: u64, with_time: bool) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let date = format!("{y:04}-{m:02}-{d:02}");
+    if with_time {
+        format!("{date} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    } else {
+        date
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::parse::parse_one;
+
+    fn env() -> Env {
+        Env {
+            db: Some("d".into()),
+            user: "root".into(),
+            version: "8.0.36-shoal".into(),
+            autocommit: true,
+            ..Env::default()
+        }
+    }
+
+    fn eval(sql: &str) -> SqlResult<Val> {
+        let stmt = parse_one(&format!("SELECT {sql}"))?;
+        let sqlparser::ast::Statement::Query(q) = stmt else { panic!("not a query") };
+        let sqlparser::ast::SetExpr::Select(s) = *q.body else { panic!("not a select") };
+        let sqlparser::ast::SelectItem::UnnamedExpr(e) = &s.projection[0] else { panic!("no expr") };
+        let env = env();
+        let mut b = Binder::new(&env, None, "field list");
+        b.bind(e)?.eval(&[], &[])
+    }
+
+    fn text(sql: &str) -> String {
+        eval(sql).unwrap().to_string_lossy().unwrap_or_else(|| "NULL".into())
+    }
+
+    #[test]
+    fn constant_expressions() {
+        assert_eq!(text("1+1"), "2");
+        assert_eq!(text("7/2"), "3.5000");
+        assert_eq!(text("1.5*2"), "3.0");
+        assert_eq!(text("2 > 1 AND NOT 0"), "1");
+        assert_eq!(text("NULL IS NULL"), "1");
+        assert_eq!(text("3 IN (1,2,3)"), "1");
+        assert_eq!(text("5 BETWEEN 1 AND 4"), "0");
+        assert_eq!(text("'abc' LIKE 'a%'"), "1");
+        assert_eq!(text("COALESCE(NULL, 'x')"), "x");
+        assert_eq!(text("IFNULL(NULL, 2)"), "2");
+        assert_eq!(text("CONCAT('a', 'b', 1)"), "ab1");
+        assert_eq!(text("UPPER('abc')"), "ABC");
+        assert_eq!(text("LENGTH('abc')"), "3");
+        assert_eq!(text("CAST('42' AS SIGNED)"), "42");
+        assert_eq!(text("CAST(1.5 AS CHAR)"), "1.5");
+        assert_eq!(text("CASE WHEN 1 > 2 THEN 'a' ELSE 'b' END"), "b");
+        assert_eq!(text("-9223372036854775808"), "-9223372036854775808");
+        assert_eq!(text("1e3"), "1000");
+        assert_eq!(text("@@version"), "8.0.36-shoal");
+        assert_eq!(text("@@session.transaction_isolation"), "READ-COMMITTED");
+        assert_eq!(text("@@socket"), "NULL");
+        assert_eq!(text("DATABASE()"), "d");
+        assert_eq!(text("X'4142'"), "AB");
+    }
+
+    #[test]
+    fn bind_errors_have_mysql_codes() {
+        assert_eq!(eval("nosuch").unwrap_err().code, 1054);
+        assert_eq!(eval("COUNT(*)").unwrap_err().code, 1111);
+        assert_eq!(eval("nosuchfn(1)").unwrap_err().code, 1305);
+        assert_eq!(eval("@@nosuchvar").unwrap_err().code, 1193);
+        assert_eq!(eval("IFNULL(1)").unwrap_err().code, 1582);
+        assert_eq!(eval("9223372036854775807 + 1").unwrap_err().code, 1690);
+    }
+
+    #[test]
+    fn now_formats_civil_time() {
+        assert_eq!(now_string(0, true), "1970-01-01 00:00:00");
+        assert_eq!(now_string(951_782_400, false), "2000-02-29");
+        assert_eq!(now_string(1_700_000_000, true), "2023-11-14 22:13:20");
+    }
+}

@@ -1,0 +1,784 @@
+//! Bound expressions: column references are positions in the input row, aggregates are
+//! positions in the aggregate results, session values were resolved at bind time. Evaluation is
+//! pure and never panics.
+
+use crate::error::{code, SqlError, SqlResult};
+use crate::types::{parse_datetime, IntKind, WireType};
+use crate::val::{arith, compare, like, ArithOp, Dec, Val};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// `<=>`: equality that treats NULL as a value.
+    NullSafeEq,
+}
+
+impl Cmp {
+    /// The operator with its operands swapped (`a < b` ⇔ `b > a`).
+    pub fn flip(self) -> Cmp {
+        match self {
+            Cmp::Lt => Cmp::Gt,
+            Cmp::Le => Cmp::Ge,
+            Cmp::Gt => Cmp::Lt,
+            Cmp::Ge => Cmp::Le,
+            other => other,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CastTo {
+    Signed,
+    Unsigned,
+    Char,
+    Binary,
+    Double,
+    Decimal { s: u8 },
+    Date,
+    Datetime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Func {
+    Coalesce,
+    IfNull,
+    NullIf,
+    If,
+    Concat,
+    ConcatWs,
+    Length,
+    CharLength,
+    Upper,
+    Lower,
+    Abs,
+    Round,
+    Floor,
+    Ceil,
+    Mod,
+    Substring,
+    Trim,
+    LTrim,
+    RTrim,
+    Left,
+    Right,
+    Replace,
+    Greatest,
+    Least,
+    Sign,
+    Hex,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggKind {
+    CountStar,
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+/// One aggregate of a grouped query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AggSpec {
+    pub kind: AggKind,
+    pub arg: Option<Expr>,
+    pub distinct: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Lit(Val),
+    Col(usize),
+    Agg(usize),
+    Neg(Box<Expr>),
+    Not(Box<Expr>),
+    Arith(ArithOp, Box<Expr>, Box<Expr>),
+    Cmp(Cmp, Box<Expr>, Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Xor(Box<Expr>, Box<Expr>),
+    IsNull(Box<Expr>, bool),
+    /// `x IS [NOT] TRUE/FALSE`: (expr, wanted truth, negated).
+    IsBool(Box<Expr>, bool, bool),
+    InList(Box<Expr>, Vec<Expr>, bool),
+    Between(Box<Expr>, Box<Expr>, Box<Expr>, bool),
+    /// (text, pattern, escape, negated, case-insensitive)
+    Like(Box<Expr>, Box<Expr>, char, bool, bool),
+    Case {
+        operand: Option<Box<Expr>>,
+        whens: Vec<(Expr, Expr)>,
+        otherwise: Option<Box<Expr>>,
+    },
+    Func(Func, Vec<Expr>),
+    Cast(Box<Expr>, CastTo),
+}
+
+fn range_err(msg: String) -> SqlError {
+    SqlError::new(code::DATA_OUT_OF_RANGE, msg)
+}
+
+fn b(e: Expr) -> Box<Expr> {
+    Box::new(e)
+}
+
+impl Expr {
+    pub fn and(a: Expr, c: Expr) -> Expr {
+        Expr::And(b(a), b(c))
+    }
+
+    /// Splits an AND tree into its conjuncts.
+    pub fn conjuncts(&self) -> Vec<&Expr> {
+        match self {
+            Expr::And(a, c) => {
+                let mut v = a.conjuncts();
+                v.extend(c.conjuncts());
+                v
+            }
+            other => vec![other],
+        }
+    }
+
+    pub fn has_agg(&self) -> bool {
+        let mut found = false;
+        self.walk(&mut |e| found |= matches!(e, Expr::Agg(_)));
+        found
+    }
+
+    /// Visits every node.
+    pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) => {}
+            Expr::Neg(a) | Expr::Not(a) | Expr::IsNull(a, _) | Expr::IsBool(a, _, _) | Expr::Cast(a, _) => a.walk(f),
+            Expr::Arith(_, a, c) | Expr::Cmp(_, a, c) | Expr::And(a, c) | Expr::Or(a, c) | Expr::Xor(a, c) => {
+                a.walk(f);
+                c.walk(f);
+            }
+            Expr::InList(a, l, _) => {
+                a.walk(f);
+                l.iter().for_each(|e| e.walk(f));
+            }
+            Expr::Between(a, l, h, _) => {
+                a.walk(f);
+                l.walk(f);
+                h.walk(f);
+            }
+            Expr::Like(a, p, ..) => {
+                a.walk(f);
+                p.walk(f);
+            }
+            Expr::Case { operand, whens, otherwise } => {
+                if let Some(o) = operand {
+                    o.walk(f);
+                }
+                for (w, t) in whens {
+                    w.walk(f);
+                    t.walk(f);
+                }
+                if let Some(o) = otherwise {
+                    o.walk(f);
+                }
+            }
+            Expr::Func(_, args) => args.iter().for_each(|e| e.walk(f)),
+        }
+    }
+
+    /// Evaluates against an input row and the current aggregate results.
+    pub fn eval(&self, row: &[Val], aggs: &[Val]) -> SqlResult<Val> {
+        Ok(match self {
+            Expr::Lit(v) => v.clone(),
+            Expr::Col(i) => row.get(*i).cloned().unwrap_or(Val::Null),
+            Expr::Agg(i) => aggs.get(*i).cloned().unwrap_or(Val::Null),
+            Expr::Neg(a) => match a.eval(row, aggs)? {
+                Val::Null => Val::Null,
+                Val::Int(i) => Val::Int(
+                    i.checked_neg().ok_or_else(|| range_err(format!("BIGINT value is out of range in '-({i})'")))?,
+                ),
+                Val::UInt(u) => {
+                    let n = -i128::from(u);
+                    Val::Int(
+                        i64::try_from(n).map_err(|_| range_err(format!("BIGINT value is out of range in '-({u})'")))?,
+                    )
+                }
+                Val::Dec(d) => Val::Dec(Dec::new(-d.m, d.s)),
+                other => Val::Float(-other.to_f64().unwrap_or(0.0)),
+            },
+            Expr::Not(a) => match a.eval(row, aggs)?.truth() {
+                None => Val::Null,
+                Some(t) => Val::bool(!t),
+            },
+            Expr::Arith(op, a, c) => {
+                let (x, y) = (a.eval(row, aggs)?, c.eval(row, aggs)?);
+                arith(*op, &x, &y).map_err(range_err)?
+            }
+            Expr::Cmp(op, a, c) => {
+                let (x, y) = (a.eval(row, aggs)?, c.eval(row, aggs)?);
+                cmp_vals(*op, &x, &y)
+            }
+            Expr::And(a, c) => {
+                let x = a.eval(row, aggs)?.truth();
+                if x == Some(false) {
+                    return Ok(Val::bool(false));
+                }
+                match (x, c.eval(row, aggs)?.truth()) {
+                    (_, Some(false)) => Val::bool(false),
+                    (Some(true), Some(true)) => Val::bool(true),
+                    _ => Val::Null,
+                }
+            }
+            Expr::Or(a, c) => {
+                let x = a.eval(row, aggs)?.truth();
+                if x == Some(true) {
+                    return Ok(Val::bool(true));
+                }
+                match (x, c.eval(row, aggs)?.truth()) {
+                    (_, Some(true)) => Val::bool(true),
+                    (Some(false), Some(false)) => Val::bool(false),
+                    _ => Val::Null,
+                }
+            }
+            Expr::Xor(a, c) => match (a.eval(row, aggs)?.truth(), c.eval(row, aggs)?.truth()) {
+                (Some(x), Some(y)) => Val::bool(x != y),
+                _ => Val::Null,
+            },
+            Expr::IsNull(a, neg) => Val::bool(a.eval(row, aggs)?.is_null() != *neg),
+            Expr::IsBool(a, want, neg) => Val::bool((a.eval(row, aggs)?.truth() == Some(*want)) != *neg),
+            Expr::InList(a, list, neg) => {
+                let x = a.eval(row, aggs)?;
+                if x.is_null() {
+                    return Ok(Val::Null);
+                }
+                let mut saw_null = false;
+                for e in list {
+                    let y = e.eval(row, aggs)?;
+                    match compare(&x, &y) {
+                        Some(std::cmp::Ordering::Equal) => return Ok(Val::bool(!*neg)),
+                        None => saw_null = true,
+                        _ => {}
+                    }
+                }
+                if saw_null {
+                    Val::Null
+                } else {
+                    Val::bool(*neg)
+                }
+            }
+            Expr::Between(a, lo, hi, neg) => {
+                let x = a.eval(row, aggs)?;
+                let ge = cmp_vals(Cmp::Ge, &x, &lo.eval(row, aggs)?).truth();
+                let le = cmp_vals(Cmp::Le, &x, &hi.eval(row, aggs)?).truth();
+                let r = match (ge, le) {
+                    (Some(false), _) | (_, Some(false)) => Some(false),
+                    (Some(true), Some(true)) => Some(true),
+                    _ => None,
+                };
+                match r {
+                    None => Val::Null,
+                    Some(t) => Val::bool(t != *neg),
+                }
+            }
+            Expr::Like(a, p, esc, neg, ci) => {
+                let (x, y) = (a.eval(row, aggs)?, p.eval(row, aggs)?);
+                match (x.to_string_lossy(), y.to_string_lossy()) {
+                    (Some(t), Some(p)) => {
+                        let m = if *ci { like(&t.to_lowercase(), &p.to_lowercase(), *esc) } else { like(&t, &p, *esc) };
+                        Val::bool(m != *neg)
+                    }
+                    _ => Val::Null,
+                }
+            }
+            Expr::Case { operand, whens, otherwise } => {
+                let op = match operand {
+                    Some(o) => Some(o.eval(row, aggs)?),
+                    None => None,
+                };
+                for (w, t) in whens {
+                    let wv = w.eval(row, aggs)?;
+                    let hit = match &op {
+                        Some(o) => compare(o, &wv) == Some(std::cmp::Ordering::Equal),
+                        None => wv.truth() == Some(true),
+                    };
+                    if hit {
+                        return t.eval(row, aggs);
+                    }
+                }
+                match otherwise {
+                    Some(o) => o.eval(row, aggs)?,
+                    None => Val::Null,
+                }
+            }
+            Expr::Func(f, args) => {
+                let mut vals = Vec::with_capacity(args.len());
+                // IF and COALESCE-like functions evaluate lazily in MySQL; eager evaluation is
+                // only observable through errors, which are rare in these arguments.
+                for a in args {
+                    vals.push(a.eval(row, aggs)?);
+                }
+                call(*f, vals)?
+            }
+            Expr::Cast(a, to) => cast(a.eval(row, aggs)?, *to)?,
+        })
+    }
+
+    /// The result type when it is known statically (column metadata before any row is seen).
+    pub fn wire_type(&self, cols: &[WireType], aggs: &[AggSpec]) -> Option<WireType> {
+        let bigint = WireType::Int { kind: IntKind::Big, unsigned: false, width: None };
+        match self {
+            Expr::Col(i) => cols.get(*i).copied(),
+            Expr::Lit(v) => Some(WireType::of_val(v)),
+            Expr::Cmp(..)
+            | Expr::And(..)
+            | Expr::Or(..)
+            | Expr::Xor(..)
+            | Expr::Not(_)
+            | Expr::IsNull(..)
+            | Expr::IsBool(..)
+            | Expr::InList(..)
+            | Expr::Between(..)
+            | Expr::Like(..) => Some(bigint),
+            Expr::Agg(i) => match aggs.get(*i)?.kind {
+                AggKind::Count | AggKind::CountStar => Some(bigint),
+                AggKind::Min | AggKind::Max => aggs[*i].arg.as_ref()?.wire_type(cols, aggs),
+                _ => None,
+            },
+            Expr::Func(Func::Concat | Func::ConcatWs | Func::Upper | Func::Lower | Func::Hex, _) => {
+                Some(WireType::Str { len: 255 })
+            }
+            Expr::Func(Func::Length | Func::CharLength, _) => Some(bigint),
+            _ => None,
+        }
+    }
+}
+
+fn cmp_vals(op: Cmp, x: &Val, y: &Val) -> Val {
+    use std::cmp::Ordering::*;
+    if op == Cmp::NullSafeEq {
+        return Val::bool(match (x.is_null(), y.is_null()) {
+            (true, true) => true,
+            (false, false) => compare(x, y) == Some(Equal),
+            _ => false,
+        });
+    }
+    match compare(x, y) {
+        None => Val::Null,
+        Some(o) => Val::bool(match op {
+            Cmp::Eq => o == Equal,
+            Cmp::Ne => o != Equal,
+            Cmp::Lt => o == Less,
+            Cmp::Le => o != Greater,
+            Cmp::Gt => o == Greater,
+            Cmp::Ge => o != Less,
+            Cmp::NullSafeEq => unreachable!("handled above"),
+        }),
+    }
+}
+
+fn text(v: &Val) -> Option<String> {
+    v.to_string_lossy()
+}
+
+fn int_arg(v: &Val) -> Option<i64> {
+    v.to_i64()
+}
+
+/// Calls a scalar function on evaluated arguments (arity was checked by the binder).
+pub fn call(f: Func, a: Vec<Val>) -> SqlResult<Val> {
+    let arg = |i: usize| a.get(i).cloned().unwrap_or(Val::Null);
+    let any_null = a.iter().any(Val::is_null);
+    Ok(match f {
+        Func::Coalesce => a.into_iter().find(|v| !v.is_null()).unwrap_or(Val::Null),
+        Func::IfNull => {
+            if arg(0).is_null() {
+                arg(1)
+            } else {
+                arg(0)
+            }
+        }
+        Func::NullIf => {
+            if compare(&arg(0), &arg(1)) == Some(std::cmp::Ordering::Equal) {
+                Val::Null
+            } else {
+                arg(0)
+            }
+        }
+        Func::If => {
+            if arg(0).truth() == Some(true) {
+                arg(1)
+            } else {
+                arg(2)
+            }
+        }
+        Func::Concat => {
+            if any_null {
+                return Ok(Val::Null);
+            }
+            let mut bytes = vec![];
+            let mut binary = false;
+            for v in &a {
+                binary |= matches!(v, Val::Bytes(_));
+                bytes.extend(v.to_text().unwrap_or_default());
+            }
+            bytes_or_str(bytes, binary)
+        }
+        Func::ConcatWs => {
+            let Some(sep) = text(&arg(0)) else { return Ok(Val::Null) };
+            let parts: Vec<String> = a[1..].iter().filter_map(text).collect();
+            Val::Str(parts.join(&sep))
+        }
+        Func::Length => match arg(0) {
+            Val::Null => Val::Null,
+            v => Val::Int(v.to_text().map_or(0, |t| t.len()) as i64),
+        },
+        Func::CharLength => match arg(0) {
+            Val::Null => Val::Null,
+            Val::Bytes(b) => Val::Int(b.len() as i64),
+            v => Val::Int(text(&v).map_or(0, |t| t.chars().count()) as i64),
+        },
+        Func::Upper => map_text(arg(0), |s| s.to_uppercase()),
+        Func::Lower => map_text(arg(0), |s| s.to_lowercase()),
+        Func::Trim => map_text(arg(0), |s| s.trim_matches(' ').to_string()),
+        Func::LTrim => map_text(arg(0), |s| s.trim_start_matches(' ').to_string()),
+        Func::RTrim => map_text(arg(0), |s| s.trim_end_matches(' ').to_string()),
+        Func::Abs => match arg(0) {
+            Val::Null => Val::Null,
+            Val::Int(i) => {
+                Val::Int(i.checked_abs().ok_or_else(|| range_err("BIGINT value is out of range in 'abs'".into()))?)
+            }
+            Val::UInt(u) => Val::UInt(u),
+            Val::Dec(d) => Val::Dec(Dec::new(d.m.abs(), d.s)),
+            v => Val::Float(v.to_f64().unwrap_or(0.0).abs()),
+        },
+        Func::Sign => match arg(0) {
+            Val::Null => Val::Null,
+            v => Val::Int(match v.to_f64().unwrap_or(0.0) {
+                x if x > 0.0 => 1,
+                x if x < 0.0 => -1,
+                _ => 0,
+            }),
+        },
+        Func::Round => {
+            let places = if a.len() > 1 { int_arg(&arg(1)).unwrap_or(0) } else { 0 };
+            match arg(0) {
+                Val::Null => Val::Null,
+                v @ (Val::Int(_) | Val::UInt(_)) if places >= 0 => v,
+                Val::Int(_) | Val::UInt(_) | Val::Dec(_) => {
+                    let d = arg(0).to_dec().unwrap_or(Dec::new(0, 0));
+                    let p = places.clamp(0, 30) as u8;
+                    let r = d.rescale(p.min(d.s)).ok_or_else(|| range_err("value out of range in ROUND".into()))?;
+                    Val::Dec(r)
+                }
+                v => {
+                    let f = v.to_f64().unwrap_or(0.0);
+                    let m = 10f64.powi(places.clamp(-30, 30) as i32);
+                    Val::Float((f * m).round() / m)
+                }
+            }
+        }
+        Func::Floor | Func::Ceil => match arg(0) {
+            Val::Null => Val::Null,
+            v @ (Val::Int(_) | Val::UInt(_)) => v,
+            Val::Dec(d) => {
+                let p = 10i128.checked_pow(u32::from(d.s)).unwrap_or(1);
+                let q = if f == Func::Floor { d.m.div_euclid(p) } else { -(-d.m).div_euclid(p) };
+                Val::Int(i64::try_from(q).map_err(|_| range_err("value out of range".into()))?)
+            }
+            v => {
+                let x = v.to_f64().unwrap_or(0.0);
+                Val::Float(if f == Func::Floor { x.floor() } else { x.ceil() })
+            }
+        },
+        Func::Mod => arith(ArithOp::Mod, &arg(0), &arg(1)).map_err(range_err)?,
+        Func::Substring => {
+            if any_null {
+                return Ok(Val::Null);
+            }
+            let s: Vec<char> = text(&arg(0)).unwrap_or_default().chars().collect();
+            let pos = int_arg(&arg(1)).unwrap_or(0);
+            let len = if a.len() > 2 { int_arg(&arg(2)).unwrap_or(0) } else { i64::MAX };
+            let n = s.len() as i64;
+            let start = if pos > 0 {
+                pos - 1
+            } else if pos < 0 {
+                n + pos
+            } else {
+                return Ok(Val::Str(String::new()));
+            };
+            if start < 0 || start >= n || len <= 0 {
+                return Ok(Val::Str(String::new()));
+            }
+            let end = start.saturating_add(len).min(n);
+            Val::Str(s[start as usize..end as usize].iter().collect())
+        }
+        Func::Left | Func::Right => {
+            if any_null {
+                return Ok(Val::Null);
+            }
+            let s: Vec<char> = text(&arg(0)).unwrap_or_default().chars().collect();
+            let n = int_arg(&arg(1)).unwrap_or(0).clamp(0, s.len() as i64) as usize;
+            Val::Str(if f == Func::Left { s[..n].iter().collect() } else { s[s.len() - n..].iter().collect() })
+        }
+        Func::Replace => {
+            if any_null {
+                return Ok(Val::Null);
+            }
+            let (s, from, to) = (
+                text(&arg(0)).unwrap_or_default(),
+                text(&arg(1)).unwrap_or_default(),
+                text(&arg(2)).unwrap_or_default(),
+            );
+            Val::Str(if from.is_empty() { s } else { s.replace(&from, &to) })
+        }
+        Func::Greatest | Func::Least => {
+            if any_null {
+                return Ok(Val::Null);
+            }
+            let mut it = a.into_iter();
+            let mut best = it.next().unwrap_or(Val::Null);
+            for v in it {
+                let o = compare(&v, &best);
+                let better = if f == Func::Greatest {
+                    o == Some(std::cmp::Ordering::Greater)
+                } else {
+                    o == Some(std::cmp::Ordering::Less)
+                };
+                if better {
+                    best = v;
+                }
+            }
+            best
+        }
+        Func::Hex => match arg(0) {
+            Val::Null => Val::Null,
+            Val::Int(i) if i >= 0 => Val::Str(format!("{i:X}")),
+            Val::UInt(u) => Val::Str(format!("{u:X}")),
+            v => Val::Str(v.to_text().unwrap_or_default().iter().map(|b| format!("{b:02X}")).collect()),
+        },
+    })
+}
+
+fn map_text(v: Val, f: impl Fn(&str) -> String) -> Val {
+    match v {
+        Val::Null => Val::Null,
+        Val::Bytes(b) => Val::Bytes(f(&String::from_utf8_lossy(&b)).into_bytes()),
+        v => Val::Str(f(&text(&v).unwrap_or_default())),
+    }
+}
+
+fn bytes_or_str(bytes: Vec<u8>, binary: bool) -> Val {
+    if binary {
+        return Val::Bytes(bytes);
+    }
+    match String::from_utf8(bytes) {
+        Ok(s) => Val::Str(s),
+        Err(e) => Val::Bytes(e.into_bytes()),
+    }
+}
+
+/// CAST(v AS type).
+pub fn cast(v: Val, to: CastTo) -> SqlResult<Val> {
+    if v.is_null() {
+        return Ok(Val::Null);
+    }
+    Ok(match to {
+        CastTo::Signed => match &v {
+            Val::Int(_) => v,
+            Val::UInt(u) => Val::Int(*u as i64),
+            Val::Str(s) => {
+                Val::Int(crate::val::parse_num_prefix(s).trunc().clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+            }
+            other => Val::Int(other.to_i64().unwrap_or(0)),
+        },
+        CastTo::Unsigned => match &v {
+            Val::UInt(_) => v,
+            Val::Int(i) => Val::UInt(*i as u64),
+            other => Val::UInt(other.to_i64().unwrap_or(0) as u64),
+        },
+        CastTo::Char => Val::Str(v.to_string_lossy().unwrap_or_default()),
+        CastTo::Binary => Val::Bytes(v.to_text().unwrap_or_default()),
+        CastTo::Double => Val::Float(v.to_f64().unwrap_or(0.0)),
+        CastTo::Decimal { s } => {
+            let d = match &v {
+                Val::Float(f) => Dec::from_f64(*f, s),
+                Val::Str(t) => Dec::parse(t).or_else(|| Dec::from_f64(crate::val::parse_num_prefix(t), s)),
+                other => other.to_dec(),
+            };
+            Val::Dec(d.and_then(|d| d.rescale(s)).ok_or_else(|| range_err("value out of range in CAST".into()))?)
+        }
+        CastTo::Date => match parse_datetime(&v.to_string_lossy().unwrap_or_default()) {
+            Some(dt) => Val::Str(dt.date_string()),
+            None => Val::Null,
+        },
+        CastTo::Datetime => match parse_datetime(&v.to_string_lossy().unwrap_or_default()) {
+            Some(dt) => Val::Str(dt.datetime_string(0)),
+            None => Val::Null,
+        },
+    })
+}
+
+/// Running state of one aggregate over one group.
+#[derive(Clone, Debug)]
+pub enum Acc {
+    Count(i64),
+    /// Exact sum of integers/decimals, or a float sum once a float is seen; and the count.
+    Sum {
+        exact: Option<Dec>,
+        float: Option<f64>,
+        n: i64,
+    },
+    MinMax(Val),
+}
+
+impl Acc {
+    pub fn new(kind: AggKind) -> Acc {
+        match kind {
+            AggKind::Count | AggKind::CountStar => Acc::Count(0),
+            AggKind::Sum | AggKind::Avg => Acc::Sum { exact: None, float: None, n: 0 },
+            AggKind::Min | AggKind::Max => Acc::MinMax(Val::Null),
+        }
+    }
+
+    /// Adds one input value (already evaluated; `None` for COUNT(*)).
+    pub fn add(&mut self, kind: AggKind, v: Option<Val>) -> SqlResult<()> {
+        match self {
+            Acc::Count(n) => {
+                if kind == AggKind::CountStar || v.as_ref().is_some_and(|v| !v.is_null()) {
+                    *n += 1;
+                }
+            }
+            Acc::Sum { exact, float, n } => {
+                let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(()) };
+                *n += 1;
+                if float.is_none() {
+                    if let Some(d) = v.to_dec() {
+                        let cur = exact.unwrap_or(Dec::new(0, d.s));
+                        let sum = arith(ArithOp::Add, &Val::Dec(cur), &Val::Dec(d)).map_err(range_err)?;
+                        *exact = sum.to_dec();
+                        return Ok(());
+                    }
+                    *float = Some(exact.take().map_or(0.0, |d| d.to_f64()));
+                }
+                *float = Some(float.unwrap_or(0.0) + v.to_f64().unwrap_or(0.0));
+            }
+            Acc::MinMax(cur) => {
+                let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(()) };
+                let replace = cur.is_null()
+                    || match compare(&v, cur) {
+                        Some(std::cmp::Ordering::Less) => kind == AggKind::Min,
+                        Some(std::cmp::Ordering::Greater) => kind == AggKind::Max,
+                        _ => false,
+                    };
+                if replace {
+                    *cur = v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn finish(&self, kind: AggKind) -> Val {
+        match self {
+            Acc::Count(n) => Val::Int(*n),
+            Acc::MinMax(v) => v.clone(),
+            Acc::Sum { exact, float, n } => {
+                if *n == 0 {
+                    return Val::Null;
+                }
+                let sum = match (exact, float) {
+                    (_, Some(f)) => Val::Float(*f),
+                    (Some(d), None) => Val::Dec(*d),
+                    (None, None) => return Val::Null,
+                };
+                if kind == AggKind::Sum {
+                    return sum;
+                }
+                arith(ArithOp::Div, &sum, &Val::Int(*n)).unwrap_or(Val::Null)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lit(v: Val) -> Box<Expr> {
+        Box::new(Expr::Lit(v))
+    }
+
+    #[test]
+    fn three_valued_logic() {
+        let null = || lit(Val::Null);
+        let t = || lit(Val::Int(1));
+        let f = || lit(Val::Int(0));
+        assert_eq!(Expr::And(null(), f()).eval(&[], &[]).unwrap(), Val::Int(0));
+        assert_eq!(Expr::And(null(), t()).eval(&[], &[]).unwrap(), Val::Null);
+        assert_eq!(Expr::Or(null(), t()).eval(&[], &[]).unwrap(), Val::Int(1));
+        assert_eq!(Expr::Not(null()).eval(&[], &[]).unwrap(), Val::Null);
+        let in_list = Expr::InList(lit(Val::Int(3)), vec![Expr::Lit(Val::Int(1)), Expr::Lit(Val::Null)], false);
+        assert_eq!(in_list.eval(&[], &[]).unwrap(), Val::Null);
+        let in_list = Expr::InList(lit(Val::Int(1)), vec![Expr::Lit(Val::Int(1)), Expr::Lit(Val::Null)], false);
+        assert_eq!(in_list.eval(&[], &[]).unwrap(), Val::Int(1));
+        let between = Expr::Between(Box::new(Expr::Col(0)), lit(Val::Int(1)), lit(Val::Int(5)), false);
+        assert_eq!(between.eval(&[Val::Int(5)], &[]).unwrap(), Val::Int(1));
+        assert_eq!(between.eval(&[Val::Int(6)], &[]).unwrap(), Val::Int(0));
+        assert_eq!(Expr::Cmp(Cmp::NullSafeEq, null(), null()).eval(&[], &[]).unwrap(), Val::Int(1));
+    }
+
+    #[test]
+    fn functions() {
+        let s = |x: &str| Val::Str(x.into());
+        assert_eq!(call(Func::Concat, vec![s("a"), Val::Int(1)]).unwrap(), s("a1"));
+        assert_eq!(call(Func::Concat, vec![s("a"), Val::Null]).unwrap(), Val::Null);
+        assert_eq!(call(Func::Coalesce, vec![Val::Null, Val::Int(2)]).unwrap(), Val::Int(2));
+        assert_eq!(call(Func::Length, vec![s("héllo")]).unwrap(), Val::Int(6));
+        assert_eq!(call(Func::CharLength, vec![s("héllo")]).unwrap(), Val::Int(5));
+        assert_eq!(call(Func::Upper, vec![s("abc")]).unwrap(), s("ABC"));
+        assert_eq!(call(Func::Substring, vec![s("hello"), Val::Int(2), Val::Int(3)]).unwrap(), s("ell"));
+        assert_eq!(call(Func::Substring, vec![s("hello"), Val::Int(-3)]).unwrap(), s("llo"));
+        assert_eq!(call(Func::NullIf, vec![Val::Int(1), Val::Int(1)]).unwrap(), Val::Null);
+        assert_eq!(call(Func::Floor, vec![Val::Dec(Dec::parse("-1.5").unwrap())]).unwrap(), Val::Int(-2));
+        assert_eq!(call(Func::Ceil, vec![Val::Dec(Dec::parse("1.2").unwrap())]).unwrap(), Val::Int(2));
+        assert_eq!(call(Func::Ceil, vec![Val::Dec(Dec::parse("-1.2").unwrap())]).unwrap(), Val::Int(-1));
+        assert_eq!(
+            call(Func::Round, vec![Val::Dec(Dec::parse("2.567").unwrap()), Val::Int(2)])
+                .unwrap()
+                .to_string_lossy()
+                .unwrap(),
+            "2.57"
+        );
+        assert_eq!(call(Func::Greatest, vec![Val::Int(1), Val::Int(3), Val::Int(2)]).unwrap(), Val::Int(3));
+        assert_eq!(cast(s("12abc"), CastTo::Signed).unwrap(), Val::Int(12));
+        assert_eq!(cast(Val::Int(-1), CastTo::Unsigned).unwrap(), Val::UInt(u64::MAX));
+        assert_eq!(cast(s("2024-01-02 10:00:00"), CastTo::Date).unwrap(), s("2024-01-02"));
+    }
+
+    #[test]
+    fn aggregates() {
+        let mut sum = Acc::new(AggKind::Sum);
+        for v in [Val::Int(1), Val::Null, Val::Int(2)] {
+            sum.add(AggKind::Sum, Some(v)).unwrap();
+        }
+        assert_eq!(sum.finish(AggKind::Sum).to_string_lossy().unwrap(), "3");
+        assert_eq!(sum.finish(AggKind::Avg).to_string_lossy().unwrap(), "1.5000");
+        let mut count = Acc::new(AggKind::Count);
+        count.add(AggKind::Count, Some(Val::Null)).unwrap();
+        count.add(AggKind::Count, Some(Val::Int(0))).unwrap();
+        assert_eq!(count.finish(AggKind::Count), Val::Int(1));
+        let mut max = Acc::new(AggKind::Max);
+        for v in [Val::Int(3), Val::Int(9), Val::Null, Val::Int(4)] {
+            max.add(AggKind::Max, Some(v)).unwrap();
+        }
+        assert_eq!(max.finish(AggKind::Max), Val::Int(9));
+        assert_eq!(Acc::new(AggKind::Sum).finish(AggKind::Sum), Val::Null);
+        let mut fsum = Acc::new(AggKind::Sum);
+        fsum.add(AggKind::Sum, Some(Val::Int(1))).unwrap();
+        fsum.add(AggKind::Sum, Some(Val::Float(0.5))).unwrap();
+        assert_eq!(fsum.finish(AggKind::Sum), Val::Float(1.5));
+    }
+}

@@ -1,0 +1,648 @@
+//! Parsing. Session and catalog statements (SET, USE, SHOW, DESCRIBE, BEGIN/COMMIT, CREATE/DROP
+//! DATABASE) are recognized here from their tokens, because sqlparser's coverage of them varies
+//! (it does not parse `SET SESSION a=1, NAMES x`, for one); everything else goes through
+//! sqlparser's MySQL dialect.
+
+use sqlparser::ast::Statement;
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::error::{SqlError, SqlResult};
+use crate::val::{format_double, Val};
+
+/// Longest statement text accepted (MySQL's max_allowed_packet bounds it the same way).
+pub const MAX_SQL_BYTES: usize = 16 * 1024 * 1024;
+
+/// A statement handled without sqlparser.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admin {
+    /// Nothing but whitespace and comments.
+    Empty,
+    /// SET of session variables: (name, value text). Accepted; `autocommit` is remembered.
+    Set(Vec<(String, String)>),
+    Use(String),
+    ShowDatabases {
+        like: Option<String>,
+    },
+    ShowTables {
+        db: Option<String>,
+        full: bool,
+        like: Option<String>,
+    },
+    ShowColumns {
+        db: Option<String>,
+        table: String,
+        full: bool,
+    },
+    ShowCreateTable {
+        db: Option<String>,
+        table: String,
+    },
+    ShowCreateDatabase(String),
+    ShowIndex {
+        db: Option<String>,
+        table: String,
+    },
+    ShowWarnings,
+    ShowVariables {
+        like: Option<String>,
+    },
+    ShowStatus,
+    ShowEngines,
+    ShowCollation,
+    ShowCharset,
+    ShowProcesslist,
+    Begin,
+    Commit,
+    Rollback,
+    CreateDatabase {
+        name: String,
+        if_not_exists: bool,
+    },
+    DropDatabase {
+        name: String,
+        if_exists: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    /// An unquoted word, upper-cased.
+    Kw(String),
+    /// A name (quoted or not), as written.
+    Name(String),
+    Str(String),
+    Num(String),
+    Punct(char),
+    Other,
+}
+
+fn tokens(sql: &str) -> SqlResult<Vec<Tok>> {
+    let toks = Tokenizer::new(&MySqlDialect {}, sql).tokenize().map_err(|e| SqlError::parse(e.to_string()))?;
+    let mut out = vec![];
+    for t in toks {
+        out.push(match t {
+            Token::Whitespace(_) | Token::EOF => continue,
+            // Unquoted words carry their keyword (upper case) and their name as written.
+            Token::Word(w) if w.quote_style.is_none() => {
+                Tok::Kw(format!("{}\0{}", w.value.to_ascii_uppercase(), w.value))
+            }
+            Token::Word(w) => Tok::Name(w.value),
+            Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => Tok::Str(s),
+            Token::Number(n, _) => Tok::Num(n),
+            Token::SemiColon => Tok::Punct(';'),
+            Token::Comma => Tok::Punct(','),
+            Token::Period => Tok::Punct('.'),
+            Token::Eq => Tok::Punct('='),
+            Token::LParen => Tok::Punct('('),
+            Token::RParen => Tok::Punct(')'),
+            Token::Char(c) => Tok::Punct(c),
+            _ => Tok::Other,
+        });
+    }
+    while out.last() == Some(&Tok::Punct(';')) {
+        out.pop();
+    }
+    Ok(out)
+}
+
+impl Tok {
+    /// The keyword (upper case) of an unquoted word.
+    fn kw(&self) -> Option<&str> {
+        match self {
+            Tok::Kw(k) => Some(k.split('\0').next().unwrap_or("")),
+            _ => None,
+        }
+    }
+
+    /// The name of a word, quoted or not.
+    fn name(&self) -> Option<String> {
+        match self {
+            Tok::Kw(k) => k.split_once('\0').map(|(_, n)| n.to_string()),
+            Tok::Name(n) => Some(n.clone()),
+            _ => None,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Tok::Kw(_) | Tok::Name(_) => self.name().unwrap_or_default(),
+            Tok::Str(s) | Tok::Num(s) => s.clone(),
+            Tok::Punct(c) => c.to_string(),
+            Tok::Other => String::new(),
+        }
+    }
+}
+
+struct Cursor {
+    t: Vec<Tok>,
+    i: usize,
+}
+
+impl Cursor {
+    fn peek_kw(&self) -> Option<&str> {
+        self.t.get(self.i).and_then(Tok::kw)
+    }
+    fn eat(&mut self, kw: &str) -> bool {
+        if self.peek_kw() == Some(kw) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn eat_any(&mut self, kws: &[&str]) -> bool {
+        kws.iter().any(|k| self.eat(k))
+    }
+    fn name(&mut self) -> SqlResult<String> {
+        let n = self.t.get(self.i).and_then(Tok::name).ok_or_else(|| SqlError::parse("expected a name"))?;
+        self.i += 1;
+        Ok(n)
+    }
+    /// `name` or `db.name`.
+    fn qualified(&mut self) -> SqlResult<(Option<String>, String)> {
+        let first = self.name()?;
+        if self.t.get(self.i) == Some(&Tok::Punct('.')) {
+            self.i += 1;
+            let second = self.name()?;
+            return Ok((Some(first), second));
+        }
+        Ok((None, first))
+    }
+    fn done(&self) -> bool {
+        self.i >= self.t.len()
+    }
+    fn end(&self) -> SqlResult<()> {
+        if self.done() {
+            Ok(())
+        } else {
+            Err(SqlError::parse(format!("unexpected '{}'", self.t[self.i].text())))
+        }
+    }
+    fn like(&mut self) -> SqlResult<Option<String>> {
+        if self.eat("LIKE") {
+            match self.t.get(self.i) {
+                Some(Tok::Str(s)) => {
+                    self.i += 1;
+                    return Ok(Some(s.clone()));
+                }
+                _ => return Err(SqlError::parse("LIKE needs a string")),
+            }
+        }
+        Ok(None)
+    }
+    fn db_after_from(&mut self) -> SqlResult<Option<String>> {
+        if self.eat_any(&["FROM", "IN"]) {
+            return Ok(Some(self.name()?));
+        }
+        Ok(None)
+    }
+}
+
+/// Recognizes the statements this module handles itself; None means "give it to sqlparser".
+pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
+    let t = tokens(sql)?;
+    if t.is_empty() {
+        return Ok(Some(Admin::Empty));
+    }
+    let mut c = Cursor { t, i: 0 };
+    let first = c.peek_kw().unwrap_or("").to_string();
+    c.i += 1;
+    let admin = match first.as_str() {
+        "SET" => Admin::Set(parse_set(&c.t[1..])),
+        "USE" => {
+            let n = c.name()?;
+            c.end()?;
+            Admin::Use(n)
+        }
+        "BEGIN" => {
+            c.eat("WORK");
+            c.end()?;
+            Admin::Begin
+        }
+        "START" if c.eat("TRANSACTION") => Admin::Begin,
+        "COMMIT" => Admin::Commit,
+        "ROLLBACK" => {
+            c.eat("WORK");
+            if !c.done() {
+                return Err(SqlError::not_supported("ROLLBACK TO SAVEPOINT"));
+            }
+            Admin::Rollback
+        }
+        "DESCRIBE" | "DESC" | "EXPLAIN" if matches!(c.t.get(1), Some(Tok::Kw(_) | Tok::Name(_))) && c.t.len() <= 4 => {
+            // `DESC t`, `DESCRIBE db.t`; EXPLAIN of a query falls through to sqlparser.
+            if matches!(c.peek_kw(), Some("SELECT" | "INSERT" | "UPDATE" | "DELETE" | "REPLACE" | "WITH")) {
+                return Ok(None);
+            }
+            let (db, table) = c.qualified()?;
+            c.end()?;
+            Admin::ShowColumns { db, table, full: false }
+        }
+        "CREATE" if matches!(c.peek_kw(), Some("DATABASE" | "SCHEMA")) => {
+            c.i += 1;
+            let if_not_exists = c.eat("IF");
+            if if_not_exists && !(c.eat("NOT") && c.eat("EXISTS")) {
+                return Err(SqlError::parse("expected IF NOT EXISTS"));
+            }
+            let name = c.name()?;
+            // Options such as CHARACTER SET / COLLATE are accepted and ignored.
+            Admin::CreateDatabase { name, if_not_exists }
+        }
+        "DROP" if matches!(c.peek_kw(), Some("DATABASE" | "SCHEMA")) => {
+            c.i += 1;
+            let if_exists = c.eat("IF");
+            if if_exists && !c.eat("EXISTS") {
+                return Err(SqlError::parse("expected IF EXISTS"));
+            }
+            let name = c.name()?;
+            c.end()?;
+            Admin::DropDatabase { name, if_exists }
+        }
+        "SHOW" => {
+            let full = c.eat("FULL");
+            c.eat_any(&["SESSION", "GLOBAL", "LOCAL"]);
+            let what = c.peek_kw().unwrap_or("").to_string();
+            c.i += 1;
+            match what.as_str() {
+                "DATABASES" | "SCHEMAS" => Admin::ShowDatabases { like: c.like()? },
+                "TABLES" => {
+                    let db = c.db_after_from()?;
+                    Admin::ShowTables { db, full, like: c.like()? }
+                }
+                "COLUMNS" | "FIELDS" => {
+                    if !c.eat_any(&["FROM", "IN"]) {
+                        return Err(SqlError::parse("expected FROM"));
+                    }
+                    let (mut db, table) = c.qualified()?;
+                    if let Some(d) = c.db_after_from()? {
+                        db = Some(d);
+                    }
+                    Admin::ShowColumns { db, table, full }
+                }
+                "INDEX" | "INDEXES" | "KEYS" => {
+                    if !c.eat_any(&["FROM", "IN"]) {
+                        return Err(SqlError::parse("expected FROM"));
+                    }
+                    let (mut db, table) = c.qualified()?;
+                    if let Some(d) = c.db_after_from()? {
+                        db = Some(d);
+                    }
+                    Admin::ShowIndex { db, table }
+                }
+                "CREATE" => {
+                    if c.eat("TABLE") {
+                        let (db, table) = c.qualified()?;
+                        c.end()?;
+                        Admin::ShowCreateTable { db, table }
+                    } else if c.eat_any(&["DATABASE", "SCHEMA"]) {
+                        let n = c.name()?;
+                        Admin::ShowCreateDatabase(n)
+                    } else {
+                        return Err(SqlError::not_supported("this SHOW CREATE"));
+                    }
+                }
+                "WARNINGS" | "ERRORS" => Admin::ShowWarnings,
+                "VARIABLES" => Admin::ShowVariables { like: c.like()? },
+                "STATUS" => Admin::ShowStatus,
+                "ENGINES" => Admin::ShowEngines,
+                "COLLATION" => Admin::ShowCollation,
+                "CHARACTER" | "CHARSET" => Admin::ShowCharset,
+                "PROCESSLIST" => Admin::ShowProcesslist,
+                other => return Err(SqlError::not_supported(format!("SHOW {other}"))),
+            }
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(admin))
+}
+
+/// Loosely reads `SET [SESSION|GLOBAL] a = x, @@b = y, NAMES utf8mb4 ...` into (name, value).
+fn parse_set(t: &[Tok]) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for part in t.split(|x| *x == Tok::Punct(',')) {
+        let mut words: Vec<String> = vec![];
+        let mut value = String::new();
+        let mut seen_eq = false;
+        for x in part {
+            match x {
+                Tok::Punct('=') if !seen_eq => seen_eq = true,
+                _ if seen_eq => value.push_str(&x.text()),
+                Tok::Punct('@') | Tok::Punct('.') => {}
+                _ => words.push(x.text()),
+            }
+        }
+        let words: Vec<String> = words
+            .into_iter()
+            .filter(|w| !["SESSION", "GLOBAL", "LOCAL", "PERSIST"].contains(&w.to_ascii_uppercase().as_str()))
+            .collect();
+        if let Some(name) = words.first() {
+            let name = name.trim_start_matches('@').to_ascii_lowercase();
+            let value = if seen_eq { value } else { words[1..].join(" ") };
+            out.push((name, value));
+        }
+    }
+    out
+}
+
+/// Parses one statement with sqlparser's MySQL dialect.
+pub fn parse_one(sql: &str) -> SqlResult<Statement> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(SqlError::parse("statement too long"));
+    }
+    let mut stmts = Parser::parse_sql(&MySqlDialect {}, sql).map_err(|e| SqlError::parse(e.to_string()))?;
+    match stmts.len() {
+        1 => Ok(stmts.remove(0)),
+        0 => Err(SqlError::parse("empty query")),
+        _ => Err(SqlError::parse("multi-statements are off: send one statement at a time")),
+    }
+}
+
+/// Byte offsets of the `?` placeholders of a statement (outside strings, quoted names and
+/// comments).
+pub fn placeholders(sql: &str) -> Vec<usize> {
+    let b = sql.as_bytes();
+    let mut out = vec![];
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"' | b'`') => {
+                i += 1;
+                while i < b.len() {
+                    if b[i] == b'\\' && q != b'`' {
+                        i += 2;
+                        continue;
+                    }
+                    if b[i] == q {
+                        if i + 1 < b.len() && b[i + 1] == q {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') && b.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'?' => out.push(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The text of each select-list item of a `SELECT` statement as written (MySQL names unaliased
+/// result columns by it). None when the statement is not a plain SELECT.
+pub fn select_item_texts(sql: &str) -> Option<Vec<String>> {
+    const ENDS: &[&str] =
+        &["FROM", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "INTO", "UNION", "FOR", "LOCK", "WINDOW", "PROCEDURE"];
+    const MODIFIERS: &[&str] = &[
+        "DISTINCT",
+        "ALL",
+        "DISTINCTROW",
+        "HIGH_PRIORITY",
+        "STRAIGHT_JOIN",
+        "SQL_NO_CACHE",
+        "SQL_CACHE",
+        "SQL_CALC_FOUND_ROWS",
+        "SQL_SMALL_RESULT",
+        "SQL_BIG_RESULT",
+        "SQL_BUFFER_RESULT",
+    ];
+    let b = sql.as_bytes();
+    let mut i = 0;
+    let mut depth = 0i32;
+    let mut items = vec![];
+    let mut start: Option<usize> = None;
+    let mut seen_select = false;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'\'' | b'"' | b'`' => {
+                start.get_or_insert(i);
+                let q = c;
+                i += 1;
+                while i < b.len() {
+                    if b[i] == b'\\' && q != b'`' {
+                        i += 2;
+                        continue;
+                    }
+                    if b[i] == q {
+                        if i + 1 < b.len() && b[i + 1] == q {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+                continue;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let end = sql[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
+                i = end;
+                continue;
+            }
+            b'(' => depth += 1,
+            b')' => depth -= 1,
+            b',' if depth == 0 && seen_select => {
+                items.push(sql[start?..i].trim().to_string());
+                start = None;
+                i += 1;
+                continue;
+            }
+            _ if c.is_ascii_alphabetic() || c == b'_' || c == b'@' => {
+                let w_end = sql[i..]
+                    .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '@' || ch == '.'))
+                    .map_or(b.len(), |e| i + e);
+                let word = sql[i..w_end].to_ascii_uppercase();
+                if !seen_select {
+                    if word != "SELECT" {
+                        return None;
+                    }
+                    seen_select = true;
+                } else if depth == 0 && start.is_none() && MODIFIERS.contains(&word.as_str()) {
+                } else if depth == 0 && ENDS.contains(&word.as_str()) {
+                    break;
+                } else {
+                    start.get_or_insert(i);
+                }
+                i = w_end;
+                continue;
+            }
+            _ if c.is_ascii_whitespace() => {}
+            b';' if depth == 0 => break,
+            _ => {
+                if seen_select {
+                    start.get_or_insert(i);
+                }
+            }
+        }
+        i += 1;
+    }
+    if let Some(s) = start {
+        items.push(sql[s..i.min(b.len())].trim().to_string());
+    }
+    seen_select.then_some(items)
+}
+
+/// The SQL literal for a parameter value.
+pub fn sql_literal(v: &Val) -> String {
+    match v {
+        Val::Null => "NULL".into(),
+        Val::Int(i) => i.to_string(),
+        Val::UInt(u) => u.to_string(),
+        Val::Float(f) if f.is_finite() => {
+            let s = format_double(*f);
+            if s.contains(['e', 'E']) {
+                s
+            } else {
+                format!("{s}e0")
+            }
+        }
+        Val::Float(_) => "NULL".into(),
+        Val::Dec(d) => d.to_string(),
+        Val::Str(s) => {
+            let mut out = String::with_capacity(s.len() + 2);
+            out.push('\'');
+            for ch in s.chars() {
+                match ch {
+                    '\'' => out.push_str("''"),
+                    '\\' => out.push_str("\\\\"),
+                    '\0' => out.push_str("\\0"),
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
+            out
+        }
+        Val::Bytes(b) => {
+            if b.is_empty() {
+                return "''".into();
+            }
+            let mut out = String::from("X'");
+            for x in b {
+                out.push_str(&format!("{x:02X}"));
+            }
+            out.push('\'');
+            out
+        }
+    }
+}
+
+/// Replaces the placeholders at `at` with the literals of `params`.
+pub fn substitute(sql: &str, at: &[usize], params: &[Val]) -> String {
+    let mut out = String::with_capacity(sql.len() + params.len() * 8);
+    let mut last = 0;
+    for (&pos, v) in at.iter().zip(params) {
+        out.push_str(&sql[last..pos]);
+        out.push_str(&sql_literal(v));
+        last = pos + 1;
+    }
+    out.push_str(&sql[last..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_statements() {
+        assert_eq!(classify("  ").unwrap(), Some(Admin::Empty));
+        assert_eq!(classify("/* x */ ;").unwrap(), Some(Admin::Empty));
+        assert_eq!(classify("use `My Db`;").unwrap(), Some(Admin::Use("My Db".into())));
+        assert_eq!(classify("show databases").unwrap(), Some(Admin::ShowDatabases { like: None }));
+        assert_eq!(
+            classify("SHOW FULL TABLES FROM d LIKE 't%'").unwrap(),
+            Some(Admin::ShowTables { db: Some("d".into()), full: true, like: Some("t%".into()) })
+        );
+        assert_eq!(
+            classify("describe d.t").unwrap(),
+            Some(Admin::ShowColumns { db: Some("d".into()), table: "t".into(), full: false })
+        );
+        assert_eq!(
+            classify("SHOW COLUMNS FROM t FROM d").unwrap(),
+            Some(Admin::ShowColumns { db: Some("d".into()), table: "t".into(), full: false })
+        );
+        assert_eq!(
+            classify("show create table `t`").unwrap(),
+            Some(Admin::ShowCreateTable { db: None, table: "t".into() })
+        );
+        assert_eq!(
+            classify("CREATE DATABASE IF NOT EXISTS shop").unwrap(),
+            Some(Admin::CreateDatabase { name: "shop".into(), if_not_exists: true })
+        );
+        assert_eq!(
+            classify("drop schema shop").unwrap(),
+            Some(Admin::DropDatabase { name: "shop".into(), if_exists: false })
+        );
+        assert_eq!(classify("START TRANSACTION").unwrap(), Some(Admin::Begin));
+        assert_eq!(classify("select 1").unwrap(), None);
+        assert_eq!(classify("create table t (a int)").unwrap(), None);
+        assert_eq!(classify("explain select 1").unwrap(), None);
+        assert_eq!(classify("SHOW FROBS").unwrap_err().code, 1235);
+    }
+
+    #[test]
+    fn set_is_read_loosely() {
+        let Some(Admin::Set(v)) = classify("SET SESSION autocommit=1, NAMES utf8mb4, @@sql_mode = 'X'").unwrap() else {
+            panic!("not a SET")
+        };
+        assert_eq!(
+            v,
+            vec![
+                ("autocommit".into(), "1".into()),
+                ("names".into(), "utf8mb4".into()),
+                ("sql_mode".into(), "X".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn placeholders_skip_strings_and_comments() {
+        let sql = "SELECT '?', `a?`, ? /* ? */ FROM t WHERE a = ? -- ?\n AND b = \"it\\\"s?\" # ?";
+        let at = placeholders(sql);
+        assert_eq!(at.len(), 2);
+        let out = substitute(sql, &at, &[Val::Int(1), Val::Str("o'k\\".into())]);
+        assert!(out.contains("`a?`, 1 /*"), "{out}");
+        assert!(out.contains("a = 'o''k\\\\'"), "{out}");
+        assert_eq!(sql_literal(&Val::Float(1.5)), "1.5e0");
+        assert_eq!(sql_literal(&Val::Bytes(vec![0, 255])), "X'00FF'");
+    }
+
+    #[test]
+    fn select_items_as_written() {
+        assert_eq!(
+            select_item_texts("SELECT DISTINCT a, count(*) , 3 in (1,2), 'x,y' FROM t WHERE b = 1").unwrap(),
+            vec!["a", "count(*)", "3 in (1,2)", "'x,y'"]
+        );
+        assert_eq!(select_item_texts("select not 1, 1 is null").unwrap(), vec!["not 1", "1 is null"]);
+        assert_eq!(select_item_texts("insert into t values (1)"), None);
+    }
+
+    #[test]
+    fn parse_errors_are_1064() {
+        assert_eq!(parse_one("SELEC 1").unwrap_err().code, 1064);
+        assert_eq!(parse_one("select 1; select 2").unwrap_err().code, 1064);
+        assert!(parse_one("select a from t where b = 1 order by a desc limit 3").is_ok());
+    }
+}

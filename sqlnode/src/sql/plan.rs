@@ -1,0 +1,224 @@
+//! Access paths: how rows of one table are found for a WHERE clause. Pure: takes the bound
+//! WHERE and the table, returns the plan.
+//!
+//! - equality on every primary key column → one key read;
+//! - a single-column primary key `IN (constants)` → one batched key read;
+//! - otherwise a scan of every partition with the simple `column <op> constant` conjuncts pushed
+//!   down as data-node filters.
+//!
+//! Pushed filters and key values are exact conversions of the SQL constants
+//! ([`SqlType::exact_storage`]), so they never drop a row the WHERE clause would keep; the
+//! executor evaluates the whole WHERE clause again on every row it gets.
+
+use shoal_proto::filter::{CmpOp, Filter};
+use shoal_proto::Value;
+
+use crate::sql::bind::TableRef;
+use crate::sql::expr::{Cmp, Expr};
+use crate::val::Val;
+
+/// Most keys one statement reads through a batched key read.
+pub const MAX_KEY_READS: usize = 10_000;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Access {
+    /// No row can match (e.g. a key constant that does not fit the key column).
+    Nothing,
+    /// Primary key values in key order.
+    Key(Vec<Value>),
+    Keys(Vec<Vec<Value>>),
+    Scan(Vec<Filter>),
+}
+
+impl Access {
+    /// One line for EXPLAIN and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Access::Nothing => "no rows (impossible WHERE)".into(),
+            Access::Key(_) => "primary key read".into(),
+            Access::Keys(k) => format!("batched primary key read of {} keys", k.len()),
+            Access::Scan(f) if f.is_empty() => "full scan".into(),
+            Access::Scan(f) => format!("scan with {} pushed-down filter(s)", f.len()),
+        }
+    }
+}
+
+fn cmp_op(c: Cmp) -> Option<CmpOp> {
+    Some(match c {
+        Cmp::Eq => CmpOp::Eq,
+        Cmp::Ne => CmpOp::Ne,
+        Cmp::Lt => CmpOp::Lt,
+        Cmp::Le => CmpOp::Le,
+        Cmp::Gt => CmpOp::Gt,
+        Cmp::Ge => CmpOp::Ge,
+        Cmp::NullSafeEq => return None,
+    })
+}
+
+/// `col <op> constant` in either order, normalized to the column on the left.
+fn column_vs_const(e: &Expr) -> Option<(usize, Cmp, &Val)> {
+    match e {
+        Expr::Cmp(op, a, b) => match (a.as_ref(), b.as_ref()) {
+            (Expr::Col(c), Expr::Lit(v)) => Some((*c, *op, v)),
+            (Expr::Lit(v), Expr::Col(c)) => Some((*c, op.flip(), v)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
+    let Some(filter) = filter else { return Access::Scan(vec![]) };
+    let conj = filter.conjuncts();
+    if conj.iter().any(|e| matches!(e, Expr::Lit(v) if v.truth() != Some(true))) {
+        return Access::Nothing;
+    }
+    let pk: Vec<usize> = t.table.spec.primary_key.iter().map(|&k| k as usize).collect();
+    let hidden = t.table.hidden_pk;
+
+    // Full primary key equality.
+    if !hidden {
+        let mut key: Vec<Option<Value>> = vec![None; pk.len()];
+        let mut impossible = false;
+        for e in &conj {
+            if let Some((c, Cmp::Eq, v)) = column_vs_const(e) {
+                if let Some(pos) = pk.iter().position(|&k| k == c) {
+                    match t.types[c].exact_storage(v) {
+                        Some(sv) => key[pos] = Some(sv),
+                        // `pk = 1.5` on an integer key, `pk = NULL`: no row has that key.
+                        None if v.is_null() || v.is_numeric() => impossible = true,
+                        None => {}
+                    }
+                }
+            }
+        }
+        if impossible {
+            return Access::Nothing;
+        }
+        if key.iter().all(Option::is_some) {
+            return Access::Key(key.into_iter().flatten().collect());
+        }
+        // Single-column key IN (...).
+        if pk.len() == 1 {
+            for e in &conj {
+                if let Expr::InList(x, list, false) = e {
+                    if !matches!(x.as_ref(), Expr::Col(c) if *c == pk[0]) || list.len() > MAX_KEY_READS {
+                        continue;
+                    }
+                    let mut keys: Vec<Vec<Value>> = vec![];
+                    let mut all_exact = true;
+                    for item in list {
+                        match item {
+                            Expr::Lit(v) if v.is_null() => {}
+                            Expr::Lit(v) => match t.types[pk[0]].exact_storage(v) {
+                                Some(sv) => {
+                                    if !keys.iter().any(|k| k[0] == sv) {
+                                        keys.push(vec![sv]);
+                                    }
+                                }
+                                None if v.is_numeric() => {}
+                                None => all_exact = false,
+                            },
+                            _ => all_exact = false,
+                        }
+                    }
+                    if all_exact {
+                        return if keys.is_empty() { Access::Nothing } else { Access::Keys(keys) };
+                    }
+                }
+            }
+        }
+    }
+
+    // Scan with pushed-down filters.
+    let mut filters = vec![];
+    for e in &conj {
+        match e {
+            Expr::IsNull(x, neg) => {
+                if let Expr::Col(c) = x.as_ref() {
+                    let op = if *neg { CmpOp::NotNull } else { CmpOp::IsNull };
+                    filters.push(Filter { column: *c as u32, op, value: Value::Null });
+                }
+            }
+            other => {
+                if let Some((c, op, v)) = column_vs_const(other) {
+                    if let (Some(op), Some(sv)) = (cmp_op(op), t.types[c].exact_storage(v)) {
+                        filters.push(Filter { column: c as u32, op, value: sv });
+                    }
+                }
+            }
+        }
+    }
+    Access::Scan(filters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_proto::{Column, ColumnType, Table, TableSpec};
+
+    fn table(pk: Vec<u32>) -> TableRef {
+        let mut cols = vec![
+            Column::new("a", ColumnType::Int),
+            Column::new("b", ColumnType::Text),
+            Column::new("c", ColumnType::Int),
+        ];
+        cols[0].sql_type = "int".into();
+        cols[1].sql_type = "varchar(10)".into();
+        cols[2].sql_type = "int".into();
+        let (spec, hidden_pk) = TableSpec { name: "d.t".into(), columns: cols, primary_key: pk, partition_key: vec![] }
+            .normalize()
+            .unwrap();
+        TableRef::new("d", "t", Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk })
+    }
+
+    fn col(i: usize) -> Box<Expr> {
+        Box::new(Expr::Col(i))
+    }
+    fn lit(v: Val) -> Box<Expr> {
+        Box::new(Expr::Lit(v))
+    }
+
+    #[test]
+    fn key_reads_and_scans() {
+        let t = table(vec![0]);
+        let eq = Expr::Cmp(Cmp::Eq, col(0), lit(Val::Int(5)));
+        assert_eq!(choose(&t, Some(&eq)), Access::Key(vec![Value::Int(5)]));
+        let flipped = Expr::Cmp(Cmp::Eq, lit(Val::Int(5)), col(0));
+        assert_eq!(choose(&t, Some(&flipped)), Access::Key(vec![Value::Int(5)]));
+        let half = Expr::Cmp(Cmp::Eq, col(0), lit(Val::Float(1.5)));
+        assert_eq!(choose(&t, Some(&half)), Access::Nothing);
+        let inl =
+            Expr::InList(col(0), vec![Expr::Lit(Val::Int(1)), Expr::Lit(Val::Int(2)), Expr::Lit(Val::Int(1))], false);
+        assert_eq!(choose(&t, Some(&inl)), Access::Keys(vec![vec![Value::Int(1)], vec![Value::Int(2)]]));
+        let range = Expr::and(
+            Expr::Cmp(Cmp::Gt, lit(Val::Int(3)), col(2)),
+            Expr::Cmp(Cmp::Eq, col(1), lit(Val::Str("x".into()))),
+        );
+        assert_eq!(
+            choose(&t, Some(&range)),
+            Access::Scan(vec![
+                Filter { column: 2, op: CmpOp::Lt, value: Value::Int(3) },
+                Filter { column: 1, op: CmpOp::Eq, value: Value::Text("x".into()) },
+            ])
+        );
+        // An OR is evaluated in the SQL node only.
+        let or = Expr::Or(Box::new(eq.clone()), Box::new(Expr::Cmp(Cmp::Eq, col(2), lit(Val::Int(1)))));
+        assert_eq!(choose(&t, Some(&or)), Access::Scan(vec![]));
+        // A string compared with an int column is not pushed (MySQL compares as numbers).
+        let s = Expr::Cmp(Cmp::Eq, col(2), lit(Val::Str("1".into())));
+        assert_eq!(choose(&t, Some(&s)), Access::Scan(vec![]));
+        assert_eq!(choose(&t, Some(&Expr::Lit(Val::Int(0)))), Access::Nothing);
+    }
+
+    #[test]
+    fn composite_and_hidden_keys() {
+        let t = table(vec![0, 2]);
+        let one = Expr::Cmp(Cmp::Eq, col(0), lit(Val::Int(1)));
+        assert!(matches!(choose(&t, Some(&one)), Access::Scan(f) if f.len() == 1));
+        let both = Expr::and(one.clone(), Expr::Cmp(Cmp::Eq, col(2), lit(Val::Int(2))));
+        assert_eq!(choose(&t, Some(&both)), Access::Key(vec![Value::Int(1), Value::Int(2)]));
+        let hidden = table(vec![]);
+        assert!(matches!(choose(&hidden, Some(&one)), Access::Scan(f) if f.len() == 1));
+    }
+}

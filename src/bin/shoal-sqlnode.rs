@@ -1,0 +1,3 @@
+fn main() {
+    shoal_sqlnode::main_entry()
+}
