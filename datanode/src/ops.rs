@@ -40,8 +40,7 @@ pub struct Op {
 }
 
 fn table_of(map: &ClusterState, id: TableId) -> Result<&Table, ShoalError> {
-    map.table_by_id(id)
-        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {id} does not exist")))
+    map.table_by_id(id).ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {id} does not exist")))
 }
 
 fn check_routing(table: &Table, key: &[Value], partition: PartitionId) -> Result<(), ShoalError> {
