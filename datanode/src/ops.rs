@@ -66,8 +66,8 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>
     } else {
         node.check_primary(&map, pa)?;
     }
-    let (key, values) = encode_key(&table, op.key)?;
-    check_routing(&table, &values, op.partition)?;
+    let (key, values) = encode_key(table, op.key)?;
+    check_routing(table, &values, op.partition)?;
     let part = node
         .partition(op.table, op.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
@@ -75,7 +75,7 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>
         node.check_active(&part, pa)?;
     }
     let data = part.store.lock().get(&key).map(|s| s.data.to_vec());
-    data.map(|d| decode_row(&table, &d)).transpose()
+    data.map(|d| decode_row(table, &d)).transpose()
 }
 
 /// Executes one write as primary. Must run to completion once replication started (the caller
@@ -86,17 +86,17 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
     let pa = map
         .partition(op.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
-    node.check_primary(&map, &pa)?;
+    node.check_primary(&map, pa)?;
     let part = node
         .partition(op.table, op.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    node.check_active(&part, &pa)?;
+    node.check_active(&part, pa)?;
 
     let mut full_row = None;
     let mut update_values = op.row;
     let key_values = match op.kind {
         OpKind::Insert | OpKind::Upsert => {
-            let row = check_row(&table, std::mem::take(&mut update_values))?;
+            let row = check_row(table, std::mem::take(&mut update_values))?;
             let key = table.key_of(&row);
             full_row = Some(row);
             key
@@ -104,8 +104,8 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
         OpKind::Update | OpKind::Delete => op.key,
         OpKind::Read => return Err(ShoalError::internal("read sent down the write path")),
     };
-    let (key, key_values) = encode_key(&table, key_values)?;
-    check_routing(&table, &key_values, op.partition)?;
+    let (key, key_values) = encode_key(table, key_values)?;
+    check_routing(table, &key_values, op.partition)?;
 
     let _row_lock = part.lock_row(&key, node.timing.lock_wait).await?;
     let current = part.store.lock().get(&key).map(|s| s.data.to_vec());
@@ -118,12 +118,12 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
                     format!("duplicate key in table {}", table.name()),
                 ));
             }
-            Some(encode_row(&table, full_row.as_deref().unwrap_or_default())?)
+            Some(encode_row(table, full_row.as_deref().unwrap_or_default())?)
         }
-        OpKind::Upsert => Some(encode_row(&table, full_row.as_deref().unwrap_or_default())?),
+        OpKind::Upsert => Some(encode_row(table, full_row.as_deref().unwrap_or_default())?),
         OpKind::Update => {
             let cur = current.ok_or_else(|| ShoalError::new(ErrorCode::KeyNotFound, "no row with that key"))?;
-            let mut values = decode_row(&table, &cur)?;
+            let mut values = decode_row(table, &cur)?;
             if op.columns.len() != update_values.len() {
                 return Err(ShoalError::new(
                     ErrorCode::InvalidArgument,
@@ -143,7 +143,7 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
                 }
                 values[c as usize] = coerce(col, v)?;
             }
-            Some(encode_row(&table, &values)?)
+            Some(encode_row(table, &values)?)
         }
         OpKind::Delete => {
             if current.is_none() {
@@ -165,7 +165,7 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
     }
     let image = Image { key, data, seq: part.next_seq() };
     let inflight = part.enter_write(map.epoch);
-    if let Err(e) = replication::replicate(&node, &map, op.table, &pa, vec![image.clone()]).await {
+    if let Err(e) = replication::replicate(&node, &map, op.table, pa, vec![image.clone()]).await {
         node.budget.release(reserved);
         return Err(e);
     }
