@@ -26,7 +26,7 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 1)]
     pub mgmds: u32,
     /// SQL nodes speaking the MySQL protocol (a new cluster only).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 1)]
     pub sql_nodes: u32,
     /// First port; mgmds use base.., data nodes base+10.., SQL nodes base+30.. (a new cluster only).
     #[arg(long, default_value_t = 7400)]

@@ -62,7 +62,10 @@ fn dup_entry(t: &TableRef, row: &[Value]) -> SqlError {
         .spec
         .primary_key
         .iter()
-        .map(|&k| t.types[k as usize].load(&row[k as usize]).to_string_lossy().unwrap_or_else(|| "NULL".into()))
+        .map(|&k| {
+            let v = row.get(k as usize).map_or(Val::Null, |v| t.types[k as usize].load(v));
+            v.to_string_lossy().unwrap_or_else(|| "NULL".into())
+        })
         .collect();
     SqlError::new(code::DUP_ENTRY, format!("Duplicate entry '{}' for key '{}.PRIMARY'", key.join("-"), t.name))
 }
@@ -684,7 +687,9 @@ impl Session {
                 match r {
                     Ok(_) => {
                         affected += 1;
-                        if !replace {
+                        // Rows of tables with a hidden key cannot be named again (the client
+                        // chose their key), so they are not undone.
+                        if !replace && !t.table.hidden_pk {
                             done.push(t.table.key_of(row));
                         }
                     }
@@ -857,14 +862,19 @@ impl Session {
             Some(e) => Some(const_count(&env, e)?),
             None => None,
         };
-        let access = plan::choose(&t, filter.as_ref());
+        self.delete_matching(&t, filter.as_ref(), limit).await
+    }
+
+    /// Deletes the rows of `t` that pass `filter` (at most `limit`); returns how many.
+    pub async fn delete_matching(&self, t: &TableRef, filter: Option<&Expr>, limit: Option<u64>) -> SqlResult<Outcome> {
+        let access = plan::choose(t, filter);
         let mut keys: Vec<Vec<Value>> = vec![];
         let mut overflow = false;
-        self.for_each_row(&t, &access, |stored, row| {
+        self.for_each_row(t, &access, |stored, row| {
             if limit.is_some_and(|l| keys.len() as u64 >= l) {
                 return Ok(false);
             }
-            if let Some(f) = &filter {
+            if let Some(f) = filter {
                 if f.eval(&row, &[])?.truth() != Some(true) {
                     return Ok(true);
                 }
@@ -888,7 +898,7 @@ impl Session {
                 match r {
                     Ok(_) => deleted += 1,
                     Err(e) if e.code == ErrorCode::KeyNotFound => {}
-                    Err(e) => return Err(cluster_err(&e, &t)),
+                    Err(e) => return Err(cluster_err(&e, t)),
                 }
             }
         }

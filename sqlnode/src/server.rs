@@ -721,6 +721,24 @@ fn bytes_val(b: Vec<u8>) -> Val {
     }
 }
 
+/// Runs a statement and turns a panic (a bug) into an error for this statement only: the
+/// connection and the node stay up.
+async fn guard(f: impl std::future::Future<Output = Result<Outcome, SqlError>>) -> Result<Outcome, SqlError> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(f).catch_unwind().await {
+        Ok(r) => r,
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!("statement panicked (a bug): {what}");
+            Err(SqlError::internal(format!("internal error: {what}")))
+        }
+    }
+}
+
 fn status_of(s: &Session) -> u16 {
     let mut st = 0;
     if s.autocommit {
@@ -839,7 +857,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
             0x03 => {
                 // COM_QUERY
                 let sql = String::from_utf8_lossy(body).into_owned();
-                let out = session.query(&sql).await;
+                let out = guard(session.query(&sql)).await;
                 match out {
                     Ok(o) => c.outcome(o, status_of(&session), false).await?,
                     Err(e) => {
@@ -906,7 +924,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
                         code::WRONG_ARGUMENTS,
                         format!("Incorrect arguments to mysqld_stmt_execute: {e}"),
                     )),
-                    Ok(params) => match session.execute(id, &params).await {
+                    Ok(params) => match guard(session.execute(id, &params)).await {
                         Ok(o) => c.outcome(o, status_of(&session), true).await?,
                         Err(e) => c.err(&e),
                     },

@@ -301,6 +301,15 @@ impl Session {
                 self.admin(Admin::DropDatabase { name, if_exists }).await
             }
             Statement::Explain { statement, .. } => self.explain(*statement).await,
+            Statement::Truncate(tr) => {
+                // Deletes every row (no atomic swap to an empty table yet).
+                for target in &tr.table_names {
+                    let t = self.resolve(&object_parts(&target.name)).await?;
+                    self.delete_matching(&t, None, None).await?;
+                }
+                self.note_write();
+                Ok(Outcome::ok())
+            }
             Statement::StartTransaction { .. } => self.admin(Admin::Begin).await,
             Statement::Commit { .. } => self.admin(Admin::Commit).await,
             Statement::Rollback { savepoint: None, .. } => self.admin(Admin::Rollback).await,

@@ -23,6 +23,8 @@ pub struct TestCluster {
     pub dir: PathBuf,
     up: Option<Child>,
     pub mgmd_addrs: Vec<String>,
+    /// host:port of each SQL node's MySQL endpoint.
+    pub mysql_addrs: Vec<String>,
     _serial: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -42,8 +44,13 @@ fn free_base_port(span: u16) -> u16 {
 }
 
 impl TestCluster {
-    /// Starts `shoal up` with this layout and waits for its `ready` line.
+    /// Starts `shoal up` with this layout (no SQL node) and waits for its `ready` line.
     pub fn start(node_groups: u32, replicas: u32, mgmds: u32) -> TestCluster {
+        TestCluster::start_with_sql(node_groups, replicas, mgmds, 0)
+    }
+
+    /// Like [`TestCluster::start`], with `sql_nodes` SQL nodes (MySQL ports base+30..).
+    pub fn start_with_sql(node_groups: u32, replicas: u32, mgmds: u32, sql_nodes: u32) -> TestCluster {
         let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = std::env::temp_dir().join(format!(
             "shoal-test-{}-{}",
@@ -51,7 +58,8 @@ impl TestCluster {
             NEXT_DIR.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        let base = free_base_port(10 + (node_groups * replicas) as u16);
+        let span = if sql_nodes > 0 { 30 + sql_nodes as u16 } else { 10 + (node_groups * replicas) as u16 };
+        let base = free_base_port(span);
         let layout = [
             "--node-groups".to_string(),
             node_groups.to_string(),
@@ -61,9 +69,12 @@ impl TestCluster {
             mgmds.to_string(),
             "--base-port".into(),
             base.to_string(),
+            "--sql-nodes".into(),
+            sql_nodes.to_string(),
         ];
         let mgmd_addrs = (0..mgmds).map(|i| format!("127.0.0.1:{}", base + i as u16)).collect();
-        let mut cluster = TestCluster { dir, up: None, mgmd_addrs, _serial: serial };
+        let mysql_addrs = (0..sql_nodes).map(|i| format!("127.0.0.1:{}", base + 30 + i as u16)).collect();
+        let mut cluster = TestCluster { dir, up: None, mgmd_addrs, mysql_addrs, _serial: serial };
         cluster.run_up(&layout);
         cluster
     }
