@@ -126,11 +126,13 @@ async fn wait_ready(cluster: &LocalCluster) -> Result<()> {
             }
         }
         if let Ok(map) = pool.fetch_newest().await {
+            // Up *as the processes we just started*: after a restart the map still shows the
+            // previous processes as up until they are replaced or declared down.
             let data_nodes_up = map
                 .nodes
                 .iter()
                 .filter(|n| n.kind == shoal_proto::NodeKind::DataNode)
-                .all(|n| n.state == NodeState::Up);
+                .all(|n| n.state == NodeState::Up && cluster.pid(n.id) == Some(n.pid));
             let served = !map.partitions.is_empty() && map.partitions.iter().all(|p| p.primary.is_some());
             let sql_listening = cluster.config.sqlnode.iter().all(|s| {
                 s.mysql_addr

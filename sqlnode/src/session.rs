@@ -310,6 +310,16 @@ impl Session {
                 self.note_write();
                 Ok(Outcome::ok())
             }
+            Statement::CreateIndex(ci) => {
+                // Secondary indexes are not built yet: like INDEX/KEY inside CREATE TABLE, a
+                // plain CREATE INDEX is accepted (queries still work, by scanning); UNIQUE
+                // would promise a constraint we do not enforce, so it is refused.
+                if ci.unique {
+                    return Err(SqlError::not_supported("CREATE UNIQUE INDEX"));
+                }
+                self.resolve(&object_parts(&ci.table_name)).await?;
+                Ok(Outcome::ok())
+            }
             Statement::StartTransaction { .. } => self.admin(Admin::Begin).await,
             Statement::Commit { .. } => self.admin(Admin::Commit).await,
             Statement::Rollback { savepoint: None, .. } => self.admin(Admin::Rollback).await,
