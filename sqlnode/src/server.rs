@@ -878,12 +878,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
             0x16 => {
                 // COM_STMT_PREPARE
                 let sql = String::from_utf8_lossy(body).into_owned();
-                match session.prepare(&sql) {
-                    Ok((id, params)) => {
+                match session.prepare(&sql).await {
+                    Ok((id, params, columns)) => {
                         stmts.insert(id, StmtState { params, ..StmtState::default() });
                         let mut p = vec![0u8];
                         p.extend_from_slice(&id.to_le_bytes());
-                        p.extend_from_slice(&0u16.to_le_bytes());
+                        p.extend_from_slice(&(columns.len() as u16).to_le_bytes());
                         p.extend_from_slice(&(params as u16).to_le_bytes());
                         p.push(0);
                         p.extend_from_slice(&0u16.to_le_bytes());
@@ -892,6 +892,14 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
                             let m = ColumnMeta::named("?", None);
                             for _ in 0..params {
                                 c.column_def(&m, WireType::Str { len: 0 });
+                            }
+                            if !c.deprecate_eof() {
+                                c.eof(status_of(&session));
+                            }
+                        }
+                        if !columns.is_empty() {
+                            for m in &columns {
+                                c.column_def(m, final_type(m.ty, std::iter::empty()));
                             }
                             if !c.deprecate_eof() {
                                 c.eof(status_of(&session));

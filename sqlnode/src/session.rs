@@ -553,7 +553,8 @@ impl Session {
 
     // ----- prepared statements -----
 
-    pub fn prepare(&mut self, sql: &str) -> SqlResult<(u32, usize)> {
+    /// Prepares `sql`: its id, its number of placeholders, and for a SELECT its result columns.
+    pub async fn prepare(&mut self, sql: &str) -> SqlResult<(u32, usize, Vec<ColumnMeta>)> {
         if self.prepared.len() >= MAX_PREPARED_PER_CONNECTION {
             return Err(SqlError::new(
                 code::UNKNOWN,
@@ -566,11 +567,22 @@ impl Session {
         if parse::classify(&probe)?.is_none() {
             parse::parse_one(&probe)?;
         }
+        // Clients bind result buffers at prepare time (libmysqlclient, so sysbench, refuses a
+        // result set that PREPARE did not announce): learn a SELECT's columns by running it
+        // once with NULL in every placeholder, which matches no row in a key lookup.
+        let is_select = probe.trim_start().get(..6).is_some_and(|h| h.eq_ignore_ascii_case("select"));
+        let columns = match is_select {
+            true => match self.query(&probe).await {
+                Ok(Outcome::Rows(rs)) => rs.columns,
+                _ => vec![],
+            },
+            false => vec![],
+        };
         let id = self.next_statement;
         self.next_statement = self.next_statement.wrapping_add(1).max(1);
         let n = placeholders.len();
         self.prepared.insert(id, Prepared { sql: sql.to_string(), placeholders });
-        Ok((id, n))
+        Ok((id, n, columns))
     }
 
     pub async fn execute(&mut self, id: u32, params: &[Val]) -> SqlResult<Outcome> {
