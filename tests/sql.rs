@@ -308,3 +308,41 @@ fn debian_mysql_client_connects_and_runs_sql() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "name\nann\ntwo\n2\n");
 }
+
+/// sysbench 1.0.20 (Debian) with its default prepared statements (libmysqlclient's binary
+/// protocol): prepare, a short run of each write-free and single-statement workload, cleanup.
+#[test]
+fn sysbench_prepares_runs_and_cleans_up() {
+    assert!(
+        Command::new("sysbench").arg("--version").output().is_ok_and(|o| o.status.success()),
+        "sysbench is missing: install Debian's sysbench (apt-get install -y sysbench); scripts/gate does"
+    );
+    let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
+    let addr = &cluster.mysql_addrs[0];
+    let out = mysql_cli(addr, &["-e", "CREATE DATABASE sbtest"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let sysbench = |workload: &str, command: &str, extra: &[&str]| {
+        let out = Command::new("sysbench")
+            .arg(workload)
+            .args(["--db-driver=mysql", "--mysql-user=root", "--mysql-db=sbtest", "--tables=2", "--table-size=300"])
+            .arg(format!("--mysql-host={host}"))
+            .arg(format!("--mysql-port={port}"))
+            .args(extra)
+            .arg(command)
+            .output()
+            .expect("run sysbench");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && !text.contains("FATAL"), "sysbench {workload} {command} failed:\n{text}");
+        text
+    };
+    sysbench("oltp_point_select", "prepare", &[]);
+    for workload in ["oltp_point_select", "oltp_update_index", "oltp_insert", "oltp_delete"] {
+        let text = sysbench(workload, "run", &["--threads=4", "--time=2"]);
+        let line = text.lines().find(|l| l.contains("queries:")).unwrap_or_default().to_string();
+        let queries: u64 = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(queries > 0, "{workload} ran no query:\n{text}");
+        assert!(text.contains("ignored errors:                      0"), "{workload} hit errors:\n{text}");
+    }
+    sysbench("oltp_point_select", "cleanup", &[]);
+}
