@@ -358,6 +358,28 @@ pub fn parse_one(sql: &str) -> SqlResult<Statement> {
     }
 }
 
+/// Index of the quote that closes the string or quoted name opening at `open` (`b.len()` when
+/// it never closes). Doubled quotes and, outside backticks, backslash escapes stay inside.
+fn closing_quote(b: &[u8], open: usize) -> usize {
+    let q = b[open];
+    let mut i = open + 1;
+    while i < b.len() {
+        if b[i] == b'\\' && q != b'`' {
+            i += 2;
+            continue;
+        }
+        if b[i] == q {
+            if i + 1 < b.len() && b[i + 1] == q {
+                i += 2;
+                continue;
+            }
+            return i;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
 /// Byte offsets of the `?` placeholders of a statement (outside strings, quoted names and
 /// comments).
 pub fn placeholders(sql: &str) -> Vec<usize> {
@@ -366,23 +388,7 @@ pub fn placeholders(sql: &str) -> Vec<usize> {
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            q @ (b'\'' | b'"' | b'`') => {
-                i += 1;
-                while i < b.len() {
-                    if b[i] == b'\\' && q != b'`' {
-                        i += 2;
-                        continue;
-                    }
-                    if b[i] == q {
-                        if i + 1 < b.len() && b[i + 1] == q {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
-                }
-            }
+            b'\'' | b'"' | b'`' => i = closing_quote(b, i),
             b'#' => {
                 while i < b.len() && b[i] != b'\n' {
                     i += 1;
@@ -437,23 +443,7 @@ pub fn select_item_texts(sql: &str) -> Option<Vec<String>> {
         match c {
             b'\'' | b'"' | b'`' => {
                 start.get_or_insert(i);
-                let q = c;
-                i += 1;
-                while i < b.len() {
-                    if b[i] == b'\\' && q != b'`' {
-                        i += 2;
-                        continue;
-                    }
-                    if b[i] == q {
-                        if i + 1 < b.len() && b[i + 1] == q {
-                            i += 2;
-                            continue;
-                        }
-                        break;
-                    }
-                    i += 1;
-                }
-                i += 1;
+                i = closing_quote(b, i) + 1;
                 continue;
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
