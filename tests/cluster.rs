@@ -107,7 +107,9 @@ async fn kill9_data_node_under_load_loses_no_acknowledged_write() {
     // The worst call includes failure detection and failover: it must stay within 2 s.
     let max_ms = field(&text, "max");
     assert!(max_ms < 2000.0, "load stalled for {max_ms} ms");
-    assert!(field(&text, "retries") > 0.0, "the crash should have caused retries");
+    // No check on the retry count: the load may sit out the failover blocked on replication to
+    // the dead node (as every worker did in one run) and then retry nothing. That the crash
+    // happened and was handled is checked on the map below.
     let s = cluster.status();
     assert_eq!(TestCluster::node(&s, 11)["state"], "down");
     assert_eq!(TestCluster::node(&s, 12)["primaries"], 8);
