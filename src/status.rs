@@ -85,6 +85,7 @@ fn to_json(
                 o["node_group"] = json!(n.node_group);
                 let primaries = state.partitions.iter().filter(|p| p.primary == Some(n.id)).count();
                 o["primaries"] = json!(primaries);
+                o["restorable_gci"] = json!(n.restorable_gci);
             }
         }
         nodes.push(o);
@@ -108,6 +109,7 @@ fn to_json(
     }
     json!({
         "epoch": state.epoch,
+        "gci_complete": state.gci_complete,
         "leader": state.leader_id,
         "nodes": nodes,
         "tables": state.tables.iter().map(|t| json!({
@@ -128,7 +130,7 @@ fn to_json(
 }
 
 fn print_table(doc: &Json) {
-    println!("epoch {}  mgmd leader {}", doc["epoch"], doc["leader"]);
+    println!("epoch {}  mgmd leader {}  gci_complete {}", doc["epoch"], doc["leader"], doc["gci_complete"]);
     println!("{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} detail", "id", "kind", "addr", "state", "pid", "group");
     for n in doc["nodes"].as_array().into_iter().flatten() {
         let detail = if n["kind"] == "mgmd" {
@@ -138,7 +140,7 @@ fn print_table(doc: &Json) {
                 String::new()
             }
         } else {
-            format!("primary of {} partitions", n["primaries"])
+            format!("primary of {} partitions, restorable gci {}", n["primaries"], n["restorable_gci"])
         };
         println!(
             "{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} {}",

@@ -37,6 +37,9 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 pub const MAX_INFLIGHT_PER_NODE: usize = 4;
 /// Most operations in one request to a data node (the data node's limit).
 pub const MAX_OPS_PER_REQUEST: usize = 1000;
+/// A `sync` write waits at least this long for its global checkpoint, whatever is left of
+/// the call's deadline (a checkpoint takes up to `gcp_interval_ms` plus a round).
+const MIN_DURABLE_WAIT: Duration = Duration::from_secs(5);
 /// Rows per scan batch requested from a data node.
 pub const SCAN_BATCH_ROWS: u32 = 1000;
 /// Scan batches buffered in the client ahead of the reader.
@@ -92,15 +95,29 @@ pub struct RetryStats {
     pub retries: u64,
 }
 
+/// When a write is acknowledged (DESIGN §3 invariant 1, §4 "Durability").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Once every live replica holds it in memory. A whole-cluster power loss can lose the
+    /// writes after the last complete global checkpoint (at most about `gcp_interval_ms`).
+    #[default]
+    Memory,
+    /// Once its global checkpoint is complete: on disk on every live replica.
+    Sync,
+}
+
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    durability: Durability,
 }
 
 struct Inner {
     mgmd: MgmdPool,
     map: ArcSwap<ClusterState>,
     epoch_tx: watch::Sender<u64>,
+    /// Newest complete global checkpoint (advances without a new epoch).
+    gci_tx: watch::Sender<u64>,
     nodes: Mutex<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
     /// Key-operation batchers per (data node, read-backup).
     batchers: Mutex<HashMap<(NodeId, bool), AddressedBatcher>>,
@@ -144,12 +161,14 @@ impl Client {
             }
         };
         let (epoch_tx, _) = watch::channel(map.epoch);
+        let (gci_tx, _) = watch::channel(map.gci_complete);
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let inner = Arc::new(Inner {
             mgmd,
             map: ArcSwap::from_pointee(map),
             epoch_tx,
+            gci_tx,
             nodes: Mutex::new(HashMap::new()),
             batchers: Mutex::new(HashMap::new()),
             opts,
@@ -161,7 +180,30 @@ impl Client {
         let weak = Arc::downgrade(&inner);
         let handle = tokio::spawn(watch_map(weak));
         *inner.watcher.lock() = Some(handle);
-        Ok(Client { inner })
+        Ok(Client { inner, durability: Durability::default() })
+    }
+
+    /// The same connection acknowledging writes at another durability level.
+    pub fn with_durability(&self, durability: Durability) -> Client {
+        Client { inner: self.inner.clone(), durability }
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Waits until global checkpoint `gci` is complete, up to `deadline`.
+    async fn wait_durable(&self, gci: u64, deadline: Instant) -> Result<()> {
+        let mut rx = self.inner.gci_tx.subscribe();
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let reached = matches!(tokio::time::timeout(wait, rx.wait_for(|&g| g >= gci)).await, Ok(Ok(_)));
+        match reached {
+            true => Ok(()),
+            false => Err(ShoalError::new(
+                ErrorCode::Timeout,
+                format!("written, but global checkpoint {gci} did not complete in time: durability on disk is not confirmed"),
+            )),
+        }
     }
 
     /// The same cluster connection with other options.
@@ -349,6 +391,7 @@ impl Client {
     async fn run_batch(&self, ops: Vec<KeyOp>, read_backup: bool, only_node: Option<NodeId>) -> Vec<OpOutcome> {
         let deadline = Instant::now() + self.inner.opts.deadline;
         let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
+        let mut gcis: Vec<u64> = vec![0; ops.len()];
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let mut backoff = Duration::from_millis(5);
         let mut last_err: HashMap<usize, ShoalError> = HashMap::new();
@@ -417,7 +460,10 @@ impl Client {
                     Ok(results) => {
                         for (i, r) in idx.into_iter().zip(results) {
                             match check(r.error) {
-                                Ok(()) => out[i] = Some(Ok(r.found.then(|| values_from_pb(r.row)))),
+                                Ok(()) => {
+                                    gcis[i] = r.gci;
+                                    out[i] = Some(Ok(r.found.then(|| values_from_pb(r.row))));
+                                }
                                 Err(e) if e.is_retriable() => {
                                     saw_newer_epoch |= e.current_epoch > map.epoch;
                                     last_err.insert(i, e);
@@ -464,7 +510,19 @@ impl Client {
             }
             pending = retry;
         }
-        out.into_iter().map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome")))).collect()
+        let mut out: Vec<OpOutcome> = out
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome"))))
+            .collect();
+        let newest = gcis.iter().copied().max().unwrap_or(0);
+        if self.durability == Durability::Sync && newest > 0 {
+            if let Err(e) = self.wait_durable(newest, deadline.max(Instant::now() + MIN_DURABLE_WAIT)).await {
+                for (o, _) in out.iter_mut().zip(&gcis).filter(|(o, &g)| g > 0 && o.is_ok()) {
+                    *o = Err(e.clone());
+                }
+            }
+        }
+        out
     }
 
     fn node_client(&self, id: NodeId) -> Result<DataNodeClient<Channel>> {
@@ -695,10 +753,16 @@ fn route(
 
 impl Inner {
     fn install(&self, m: ClusterState) {
-        if m.epoch > self.map.load().epoch {
-            let e = m.epoch;
+        let cur = self.map.load();
+        if m.epoch > cur.epoch || (m.epoch == cur.epoch && m.gci_complete > cur.gci_complete) {
+            let (e, g) = (m.epoch, m.gci_complete);
             self.map.store(Arc::new(m));
-            self.epoch_tx.send_replace(e);
+            self.epoch_tx.send_if_modified(|old| std::mem::replace(old, e) != e);
+            self.gci_tx.send_if_modified(|old| {
+                let newer = g > *old;
+                *old = (*old).max(g);
+                newer
+            });
         }
     }
 }

@@ -1,10 +1,14 @@
 //! shoal-datanode: partition replicas in memory, synchronous replication inside the node group,
 //! key operations and pushed-down scans.
 
+pub mod checkpoint;
+pub mod durability;
+pub mod gcp;
 pub mod mgmd_link;
 pub mod node;
 pub mod ops;
 pub mod partition;
+pub mod redo;
 pub mod replication;
 pub mod scan;
 pub mod service;
@@ -62,6 +66,14 @@ pub fn main_entry() {
     }
 }
 
+/// A data dir in the config is relative to the config file's directory.
+fn data_dir_of(config: &std::path::Path, dir: &str) -> PathBuf {
+    let d = std::path::Path::new(dir);
+    let base = config.parent().unwrap_or(std::path::Path::new("."));
+    let full = if d.is_absolute() { d.to_path_buf() } else { base.join(d) };
+    std::path::absolute(&full).unwrap_or(full)
+}
+
 fn incarnation() -> u64 {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
@@ -86,14 +98,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let budget = storage::MemoryBudget::new(me.data_memory_mb * 1024 * 1024);
     let (report_tx, report_rx) = tokio::sync::mpsc::channel(FAILURE_REPORT_QUEUE);
     let transport = Arc::new(transport::GrpcTransport::default());
-    let node = node::Node::new(me.id, incarnation(), me.addr.clone(), timing.clone(), budget, report_tx, transport);
     let link = Arc::new(
         mgmd_link::MgmdLink::new(&config.mgmd_addrs(), timing.heartbeat_interval * 3).map_err(anyhow::Error::msg)?,
     );
 
-    let listener = tokio::net::TcpListener::bind(&me.addr).await.with_context(|| format!("bind {}", me.addr))?;
+    // Restore this node's own files up to the global checkpoint mgmd recorded for it, before
+    // joining: mgmd starts a node group from disk only with a node that restored the newest.
+    let data_dir = data_dir_of(&args.config, &me.data_dir);
+    let map = mgmd_link::fetch_map_at_start(&link).await;
+    let target = map.node(me.id).map_or(0, |n| n.restorable_gci);
+    let (lcp_mb, lcp_interval) = (c.lcp_redo_mb, Duration::from_secs(c.lcp_interval_s));
+    let (dir, b) = (data_dir.clone(), budget.clone());
+    let recovered = tokio::task::spawn_blocking(move || {
+        durability::Durability::recover(&dir, target, &map, &b, lcp_mb, lcp_interval)
+    })
+    .await
+    .context("recovery task")??;
+    let setup = node::NodeSetup {
+        id: me.id,
+        incarnation: incarnation(),
+        addr: me.addr.clone(),
+        timing: timing.clone(),
+        budget,
+        durability: recovered.durability,
+    };
+    let node = node::Node::new(setup, report_tx, transport);
+    let loaded = recovered.loaded_gci;
+
+    let listen = shoal_proto::config::listen_addr(&me.addr);
+    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("bind {listen}"))?;
     tracing::info!(id = me.id, incarnation = node.incarnation, "datanode {} listening on {}", me.id, me.addr);
-    tokio::spawn(mgmd_link::heartbeat_loop(node.clone(), link.clone(), std::process::id()));
+    tokio::spawn(mgmd_link::heartbeat_loop(node.clone(), link.clone(), std::process::id(), loaded));
+    tokio::spawn(durability::lcp_loop(node.clone()));
     tokio::spawn(mgmd_link::watch_loop(node.clone(), link.clone()));
     tokio::spawn(mgmd_link::report_loop(node.clone(), link.clone(), report_rx));
 

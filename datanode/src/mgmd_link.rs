@@ -63,8 +63,23 @@ impl MgmdLink {
     }
 }
 
+/// The cluster map, waiting for an mgmd to answer (a data node can do nothing without one).
+pub async fn fetch_map_at_start(link: &MgmdLink) -> ClusterState {
+    for attempt in 0u64.. {
+        if let Some(m) = link.fetch_newest().await {
+            return m;
+        }
+        if attempt.is_multiple_of(20) {
+            tracing::warn!("waiting for an mgmd to answer");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    unreachable!("the loop above only ends by returning")
+}
+
 /// Heartbeats the mgmd leader; each answered heartbeat renews the lease from its send time.
-pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32) {
+/// `loaded` is the GCI the node restored from its own files (None: it could not).
+pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32, loaded: Option<u64>) {
     let mut tick = tokio::time::interval(node.timing.heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failures = 0u64;
@@ -77,6 +92,8 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32) {
             addr: node.addr.clone(),
             pid,
             epoch: node.epoch(),
+            loaded: loaded.is_some(),
+            loaded_gci: loaded.unwrap_or(0),
         };
         match link.heartbeat(req).await {
             Ok(resp) => {

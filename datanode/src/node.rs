@@ -17,6 +17,7 @@ use shoal_proto::{
 };
 use tokio::sync::{mpsc, watch, Notify};
 
+use crate::durability::Durability;
 use crate::partition::Partition;
 use crate::storage::MemoryBudget;
 use crate::transport::Transport;
@@ -33,6 +34,17 @@ pub struct Timing {
 }
 
 type PartitionTable = HashMap<(TableId, PartitionId), Arc<Partition>>;
+
+/// What a node is started with.
+pub struct NodeSetup {
+    pub id: NodeId,
+    /// Changes with every start of the process.
+    pub incarnation: u64,
+    pub addr: String,
+    pub timing: Timing,
+    pub budget: Arc<MemoryBudget>,
+    pub durability: Durability,
+}
 
 pub struct Node {
     pub id: NodeId,
@@ -61,18 +73,17 @@ pub struct Node {
     /// Peers this node could not replicate to, for the mgmd link to report (bounded; a full
     /// queue drops reports, which are repeated while the peer stays unreachable).
     pub failure_reports: mpsc::Sender<(NodeId, String)>,
+    /// Redo log, GCI clock, checkpoints.
+    pub durability: Durability,
 }
 
 impl Node {
     pub fn new(
-        id: NodeId,
-        incarnation: u64,
-        addr: String,
-        timing: Timing,
-        budget: Arc<MemoryBudget>,
+        setup: NodeSetup,
         failure_reports: mpsc::Sender<(NodeId, String)>,
         transport: Arc<dyn Transport>,
     ) -> Arc<Node> {
+        let NodeSetup { id, incarnation, addr, timing, budget, durability } = setup;
         let (epoch_tx, _) = watch::channel(0);
         Arc::new(Node {
             failure_reports,
@@ -92,6 +103,7 @@ impl Node {
             start: Instant::now(),
             lease_until_ns: AtomicU64::new(0),
             refresh: Notify::new(),
+            durability,
         })
     }
 
@@ -117,6 +129,11 @@ impl Node {
         self.filling.lock().values().any(|&e| e == sync_epoch)
     }
 
+    /// Whether any replica of this node is being filled by a copy now.
+    pub fn any_filling(&self) -> bool {
+        !self.filling.lock().is_empty()
+    }
+
     /// Ends the fill of every partition this node filled in `sync_epoch`.
     pub fn end_fill(&self, sync_epoch: Epoch) {
         let mut filling = self.filling.lock();
@@ -126,6 +143,9 @@ impl Node {
         }
         for part in self.parts.load().values().filter(|part| done.contains(&part.id)) {
             part.store.lock().end_fill();
+        }
+        if !done.is_empty() {
+            self.durability.fill_changed(true);
         }
     }
 
@@ -229,6 +249,11 @@ impl Node {
         let _g = self.install_lock.lock();
         let mut change = MapChange::default();
         if new.epoch <= self.epoch() {
+            // Same map, newer checkpoint bookkeeping (GCIs advance without a new epoch).
+            let cur = self.map.load();
+            if new.epoch == cur.epoch && new.gci_complete > cur.gci_complete {
+                self.map.store(Arc::new(new));
+            }
             return change;
         }
         let activated = self.activated.lock().clone();
@@ -265,12 +290,17 @@ impl Node {
                     let old = old_parts.get(&(t.id, pa.partition)).cloned();
                     let fresh = old.is_none();
                     let part = old.unwrap_or_else(|| {
-                        let part = Partition::new(t.id, pa.partition, self.budget.clone());
+                        // Rows this node restored from its own files, if any.
+                        let part = self
+                            .durability
+                            .take_restored(t.id, pa.partition)
+                            .unwrap_or_else(|| Arc::new(Partition::new(t.id, pa.partition, self.budget.clone())));
                         part.activate(activated.get(&pa.partition).copied().unwrap_or(0));
-                        Arc::new(part)
+                        part
                     });
                     if new_fills.contains_key(&pa.partition) || (fresh && filling.contains_key(&pa.partition)) {
                         part.store.lock().begin_fill();
+                        self.durability.fill_changed(false);
                     }
                     part.raise_term(pa.primary_term);
                     parts.insert((t.id, pa.partition), part);
@@ -296,6 +326,10 @@ impl Node {
         drop(filling);
         if me.as_ref().is_none_or(|m| m.state == NodeState::Down) {
             self.drop_lease();
+        }
+        if me.as_ref().is_some_and(|m| m.state == NodeState::Up) {
+            // Restored replicas of tables dropped meanwhile will never be claimed.
+            self.durability.forget_restored();
         }
         self.transport.update_peers(&new);
         // Partitions first: a request that sees the new map must find its replicas.
@@ -353,7 +387,7 @@ async fn activate(node: Arc<Node>, partition: PartitionId, term: Epoch) {
         if pa.primary != Some(node.id) || pa.primary_term != term {
             break;
         }
-        match crate::replication::replicate(&node, &map, crate::replication::BARRIER_TABLE, pa, vec![]).await {
+        match crate::replication::replicate(&node, &map, crate::replication::BARRIER_TABLE, pa, 0, vec![]).await {
             Ok(()) => {
                 node.mark_active(partition, term);
                 tracing::debug!(partition, term, "primary activated");

@@ -78,9 +78,10 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>
     data.map(|d| decode_row(table, &d)).transpose()
 }
 
-/// Executes one write as primary. Must run to completion once replication started (the caller
-/// spawns it), so a vanished client cannot leave replicas disagreeing.
-pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
+/// Executes one write as primary and returns the GCI it was committed in. Must run to
+/// completion once replication started (the caller spawns it), so a vanished client cannot
+/// leave replicas disagreeing.
+pub async fn write(node: Arc<Node>, op: Op) -> Result<u64, ShoalError> {
     let map = node.map();
     let table = table_of(&map, op.table)?;
     let pa = map
@@ -163,14 +164,25 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
             format!("table {} is full: node {} reached its data memory limit", table.name(), node.id),
         ));
     }
+    // The commit point: from here the write belongs to global checkpoint `stamp.gci`, and that
+    // checkpoint cannot complete before the write is applied and logged on every replica.
+    let stamp = match node.durability.begin_commit(op.partition).await {
+        Ok(s) => s,
+        Err(e) => {
+            node.budget.release(reserved);
+            return Err(e);
+        }
+    };
+    let gci = stamp.gci;
     let image = Image { key, data, seq: part.next_seq() };
     let inflight = part.enter_write(map.epoch);
-    if let Err(e) = replication::replicate(&node, &map, op.table, pa, vec![image.clone()]).await {
+    if let Err(e) = replication::replicate(&node, &map, op.table, pa, gci, vec![image.clone()]).await {
         node.budget.release(reserved);
         return Err(e);
     }
     {
         let mut store = part.store.lock();
+        node.durability.log(gci, op.table, op.partition, &image);
         match image.data {
             Some(d) => store.put_reserved(&image.key, d, image.seq, reserved),
             None => {
@@ -179,5 +191,6 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<(), ShoalError> {
         }
     }
     drop(inflight);
-    Ok(())
+    drop(stamp);
+    Ok(gci)
 }

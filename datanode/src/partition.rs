@@ -49,6 +49,10 @@ impl Partition {
         self.seq.fetch_add(1, Ordering::AcqRel) + 1
     }
 
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
     pub fn saw_seq(&self, seq: u64) {
         self.seq.fetch_max(seq, Ordering::AcqRel);
     }

@@ -33,6 +33,7 @@ pub async fn replicate(
     map: &ClusterState,
     table: TableId,
     pa: &PartitionAssignment,
+    gci: u64,
     images: Vec<Image>,
 ) -> Result<(), ShoalError> {
     let msg = Replicate {
@@ -41,6 +42,7 @@ pub async fn replicate(
         partition: pa.partition,
         primary_term: pa.primary_term,
         epoch: map.epoch,
+        gci,
         images,
     };
     let targets = pa.replicas.iter().map(|r| r.node_id).filter(|&n| n != node.id);
@@ -121,7 +123,11 @@ pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
     let mut store = part.store.lock();
     for img in req.images {
         part.saw_seq(img.seq);
-        store.apply(img);
+        // Logged where it is applied (under the store lock), and only if it changes anything.
+        if store.is_newer(&img) {
+            node.durability.log(req.gci, req.table, req.partition, &img);
+            store.apply(img);
+        }
     }
     Ok(())
 }

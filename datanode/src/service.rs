@@ -41,11 +41,11 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
     })
 }
 
-fn result_to_pb(r: Result<Option<Vec<shoal_proto::Value>>, ShoalError>) -> pb::OpResult {
+fn result_to_pb((r, gci): (Result<Option<Vec<shoal_proto::Value>>, ShoalError>, u64)) -> pb::OpResult {
     match r {
-        Ok(Some(row)) => pb::OpResult { error: None, row: values_to_pb(row), found: true },
-        Ok(None) => pb::OpResult { error: None, row: vec![], found: false },
-        Err(e) => pb::OpResult { error: Some(e.into()), row: vec![], found: false },
+        Ok(Some(row)) => pb::OpResult { error: None, row: values_to_pb(row), found: true, gci },
+        Ok(None) => pb::OpResult { error: None, row: vec![], found: false, gci },
+        Err(e) => pb::OpResult { error: Some(e.into()), row: vec![], found: false, gci: 0 },
     }
 }
 
@@ -70,28 +70,35 @@ impl DataNode for Service {
         }
         let read_backup = req.read_backup;
         let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
-        let results = if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
-            // Reads finish without waiting on anything: answer inline.
-            ops.into_iter().map(|op| op.and_then(|op| ops::read(&self.node, op, read_backup))).collect()
-        } else {
-            // Writes run in their own task: once replication starts it must finish even if the
-            // caller goes away.
-            let node = self.node.clone();
-            let task = tokio::spawn(async move {
-                let each = ops.into_iter().map(|op| {
-                    let node = node.clone();
-                    async move {
-                        let op = op?;
-                        match op.kind {
-                            OpKind::Read => ops::read(&node, op, read_backup),
-                            _ => ops::write(node, op).await.map(|()| None),
+        let results: Vec<(Result<Option<Vec<shoal_proto::Value>>, ShoalError>, u64)> =
+            if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
+                // Reads finish without waiting on anything: answer inline.
+                ops.into_iter().map(|op| (op.and_then(|op| ops::read(&self.node, op, read_backup)), 0)).collect()
+            } else {
+                // Writes run in their own task: once replication starts it must finish even if the
+                // caller goes away.
+                let node = self.node.clone();
+                let task = tokio::spawn(async move {
+                    let each = ops.into_iter().map(|op| {
+                        let node = node.clone();
+                        async move {
+                            let op = match op {
+                                Ok(op) => op,
+                                Err(e) => return (Err(e), 0),
+                            };
+                            match op.kind {
+                                OpKind::Read => (ops::read(&node, op, read_backup), 0),
+                                _ => match ops::write(node, op).await {
+                                    Ok(gci) => (Ok(None), gci),
+                                    Err(e) => (Err(e), 0),
+                                },
+                            }
                         }
-                    }
+                    });
+                    futures::future::join_all(each).await
                 });
-                futures::future::join_all(each).await
-            });
-            task.await.map_err(|e| Status::internal(format!("batch task failed: {e}")))?
-        };
+                task.await.map_err(|e| Status::internal(format!("batch task failed: {e}")))?
+            };
         Ok(Response::new(pb::BatchResponse {
             error: None,
             results: results.into_iter().map(result_to_pb).collect(),
@@ -180,6 +187,38 @@ impl DataNode for Service {
             rows,
             memory_bytes: node.budget.used(),
             memory_limit_bytes: node.budget.limit(),
+            progress: node.durability.progress.lock().clone(),
         }))
+    }
+
+    async fn gcp(&self, req: Request<pb::GcpRequest>) -> Result<Response<pb::GcpResponse>, Status> {
+        let req = req.into_inner();
+        let answer = |r: Result<bool, ShoalError>| {
+            Ok(Response::new(match r {
+                Ok(restorable) => pb::GcpResponse { error: None, restorable },
+                Err(e) => pb::GcpResponse { error: Some(e.into()), restorable: false },
+            }))
+        };
+        let node = &self.node;
+        if req.incarnation != node.incarnation {
+            return answer(Err(ShoalError::new(
+                ErrorCode::StaleEpoch,
+                format!("node {} runs incarnation {}, not {}", node.id, node.incarnation, req.incarnation),
+            )));
+        }
+        let clock = &node.durability.clock;
+        answer(match pb::GcpPhase::try_from(req.phase) {
+            Ok(pb::GcpPhase::Prepare) => {
+                clock.prepare();
+                Ok(false)
+            }
+            Ok(pb::GcpPhase::Commit) => clock.commit(req.gci).await.map(|()| false),
+            Ok(pb::GcpPhase::Abort) => {
+                clock.abort();
+                Ok(false)
+            }
+            Ok(pb::GcpPhase::Flush) => node.durability.flush(req.gci, req.gci_complete, node.any_filling()).await,
+            _ => Err(ShoalError::new(ErrorCode::InvalidArgument, format!("unknown checkpoint phase {}", req.phase))),
+        })
     }
 }

@@ -11,7 +11,8 @@ use shoal_proto::config::{ClusterConfig, ClusterSection, DataNodeConfig, MgmdCon
 use shoal_proto::{codec, Column, ColumnType, ErrorCode, NodeId, ShoalError, Table, TableSpec, Value};
 use tokio::sync::mpsc;
 
-use crate::node::{Node, Timing};
+use crate::durability::Durability;
+use crate::node::{Node, NodeSetup, Timing};
 use crate::ops::{self, Op, OpKind};
 use crate::storage::MemoryBudget;
 use crate::transport::{BoxFuture, CopyRequest, CopyStream, Replicate, Transport};
@@ -72,6 +73,9 @@ impl Sim {
                 heartbeat_interval_ms: 100,
                 lease_ms: 600,
                 failure_timeout_ms: 1000,
+                gcp_interval_ms: 200,
+                lcp_redo_mb: 64,
+                lcp_interval_s: 300,
             },
             mgmd: vec![MgmdConfig { id: 1, addr: "sim:1".into(), data_dir: "m".into() }],
             datanode: (0..replicas)
@@ -127,11 +131,19 @@ impl Sim {
             lock_wait: Duration::from_secs(2),
         };
         let transport = Arc::new(SimTransport(self.net.clone()));
-        let node = Node::new(id, incarnation, format!("sim:{id}"), timing, MemoryBudget::new(64 << 20), tx, transport);
+        let setup = NodeSetup {
+            id,
+            incarnation,
+            addr: format!("sim:{id}"),
+            timing,
+            budget: MemoryBudget::new(64 << 20),
+            durability: Durability::memory_only(),
+        };
+        let node = Node::new(setup, tx, transport);
         node.renew_lease(Instant::now(), Duration::from_secs(3600));
         self.net.nodes.lock().insert(id, node);
         self.reports.insert(id, rx);
-        JoinInfo { id, addr: format!("sim:{id}"), pid: 1, incarnation }
+        JoinInfo { id, addr: format!("sim:{id}"), pid: 1, incarnation, loaded_gci: Some(0) }
     }
 
     fn apply(&mut self, cmd: Command) {
@@ -174,7 +186,7 @@ impl Sim {
     }
 
     async fn write(&self, at: NodeId, k: i64, v: i64) -> Result<(), ShoalError> {
-        ops::write(self.node(at), self.op(OpKind::Upsert, k, v)).await
+        ops::write(self.node(at), self.op(OpKind::Upsert, k, v)).await.map(|_| ())
     }
 
     fn read_at(&self, at: NodeId, k: i64) -> Result<Option<i64>, ShoalError> {
@@ -295,7 +307,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                         Op { kind: OpKind::Upsert, table: table.id, partition, key: vec![], row, columns: vec![] }
                     };
                     match ops::write(primary.clone(), op).await {
-                        Ok(()) => {}
+                        Ok(_) => {}
                         Err(e) if e.code == ErrorCode::KeyNotFound => {}
                         Err(e) => panic!("write failed: {e}"),
                     }
@@ -321,15 +333,15 @@ async fn full_node_answers_table_full_and_keeps_serving() {
     for id in [11u32, 12] {
         let (tx, rx) = mpsc::channel(64);
         let old = sim.node(id);
-        let node = Node::new(
+        let setup = NodeSetup {
             id,
-            1,
-            old.addr.clone(),
-            old.timing.clone(),
-            MemoryBudget::new(64 * 1024),
-            tx,
-            Arc::new(SimTransport(sim.net.clone())),
-        );
+            incarnation: 1,
+            addr: old.addr.clone(),
+            timing: old.timing.clone(),
+            budget: MemoryBudget::new(64 * 1024),
+            durability: Durability::memory_only(),
+        };
+        let node = Node::new(setup, tx, Arc::new(SimTransport(sim.net.clone())));
         node.renew_lease(Instant::now(), Duration::from_secs(3600));
         sim.net.nodes.lock().insert(id, node);
         sim.reports.insert(id, rx);

@@ -192,13 +192,17 @@ impl PartitionStore {
         true
     }
 
+    /// Whether `img` is newer than what this replica holds or buried (so `apply` would take it).
+    pub fn is_newer(&self, img: &Image) -> bool {
+        let held = self.get(&img.key).map(|s| s.seq);
+        let buried = self.tombstones.as_ref().and_then(|t| t.get(img.key.as_slice()).copied());
+        held.into_iter().chain(buried).max().is_none_or(|s| s < img.seq)
+    }
+
     /// Applies a replicated or copied image if it is newer than what this replica holds.
     /// Returns whether it changed anything.
     pub fn apply(&mut self, img: Image) -> bool {
-        let held = self.get(&img.key).map(|s| s.seq);
-        let buried = self.tombstones.as_ref().and_then(|t| t.get(img.key.as_slice()).copied());
-        let newest = held.into_iter().chain(buried).max();
-        if newest.is_some_and(|s| s >= img.seq) {
+        if !self.is_newer(&img) {
             return false;
         }
         match img.data {

@@ -31,6 +31,8 @@ pub struct Replicate {
     pub primary_term: Epoch,
     /// The sender's map epoch: the receiver catches up to it before applying.
     pub epoch: Epoch,
+    /// The global checkpoint the write belongs to (0 for barriers).
+    pub gci: u64,
     pub images: Vec<Image>,
 }
 
@@ -77,6 +79,7 @@ fn replicate_to_pb(m: &Replicate) -> pb::ReplicateRequest {
         primary_term: m.primary_term,
         rows: m.images.iter().map(image_to_pb).collect(),
         epoch: m.epoch,
+        gci: m.gci,
     }
 }
 
@@ -87,6 +90,7 @@ pub fn replicate_from_pb(r: pb::ReplicateRequest) -> Replicate {
         partition: r.partition,
         primary_term: r.primary_term,
         epoch: r.epoch,
+        gci: r.gci,
         images: r.rows.into_iter().map(image_from_pb).collect(),
     }
 }

@@ -91,7 +91,7 @@ data_dir = "d11"
 
     #[test]
     fn data_dirs_resolve_against_the_config_file() {
-        let dir = crate::raft::file::test_dir::TestDir::new("args");
+        let dir = shoal_proto::file::test_dir::TestDir::new("args");
         let path = dir.path().join("cluster.toml");
         std::fs::write(&path, CONFIG).unwrap();
         let args = MgmdArgs::parse_from(["shoal-mgmd", "--id", "1", "--config", path.to_str().unwrap()]);

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::raft::{node_id, Consensus};
-use crate::state::{Command, CommandResult, JoinInfo, Outcome};
+use crate::state::{Command, CommandResult, JoinInfo, Model, Outcome};
 
 /// How often the leader checks for failures, due joins and its quorum confirmation.
 pub const LEADER_TICK_MS: u64 = 50;
@@ -44,6 +44,8 @@ pub struct Heartbeat {
     pub addr: String,
     pub pid: u32,
     pub epoch: Epoch,
+    /// The global checkpoint the node restored from its own files (None: it could not).
+    pub loaded_gci: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -83,6 +85,8 @@ struct Term {
     bootstrap_not_before: Instant,
     /// Since when some primary has been away from its preferred node.
     misplaced_since: Option<Instant>,
+    /// Last time a node group that cannot start yet was logged.
+    group_wait_logged: Instant,
     rebalance_in_flight: bool,
 }
 
@@ -101,6 +105,7 @@ impl Term {
             bootstrap_not_before: now,
             misplaced_since: None,
             rebalance_in_flight: false,
+            group_wait_logged: now.checked_sub(Duration::from_secs(60)).unwrap_or(now),
         }
     }
 
@@ -139,8 +144,22 @@ impl Leader {
         vec![
             tokio::spawn(self.clone().follow_metrics(shutdown.clone())),
             tokio::spawn(self.clone().confirm_loop(shutdown.clone())),
-            tokio::spawn(self.clone().tick_loop(shutdown)),
+            tokio::spawn(self.clone().tick_loop(shutdown.clone())),
+            tokio::spawn(crate::gcp::gcp_loop(self.clone(), shutdown)),
         ]
+    }
+
+    /// Whether this mgmd leads and has applied everything committed before its term.
+    pub fn is_acting(&self) -> bool {
+        self.term.lock().as_ref().is_some_and(|t| t.caught_up)
+    }
+
+    pub fn consensus(&self) -> &Consensus {
+        &self.consensus
+    }
+
+    pub fn cluster_config(&self) -> Arc<ClusterConfig> {
+        self.config()
     }
 
     /// Tracks leadership: a fresh [`Term`] when this node becomes leader, none otherwise; and
@@ -333,9 +352,34 @@ impl Leader {
                 groups.entry(group).or_default().push(id);
             }
         }
-        for (group, ids) in groups {
+        for (group, mut ids) in groups {
             let live = cluster.partitions.iter().any(|p| p.node_group == group && p.primary.is_some());
             if !live {
+                // Only nodes holding the group's newest restorable state may start it.
+                let able: Vec<NodeId> = ids
+                    .iter()
+                    .copied()
+                    .filter(|id| t.joins.get(id).is_some_and(|p| Model::can_start_group(cluster, &p.info)))
+                    .collect();
+                if able.is_empty() {
+                    if now.saturating_duration_since(t.group_wait_logged) >= Duration::from_secs(5) {
+                        t.group_wait_logged = now;
+                        let newest = cluster
+                            .nodes
+                            .iter()
+                            .filter(|n| n.kind == NodeKind::DataNode && n.node_group == group)
+                            .max_by_key(|n| n.restorable_gci);
+                        tracing::warn!(
+                            group,
+                            asking = ?ids,
+                            "node group {group} cannot start yet: the nodes asking restored nothing newer than a peer holds; waiting for node {} (restorable global checkpoint {})",
+                            newest.map_or(0, |n| n.id),
+                            newest.map_or(0, |n| n.restorable_gci)
+                        );
+                    }
+                    continue;
+                }
+                ids = able;
                 let members = config.datanode.iter().filter(|d| d.node_group == group);
                 let all_asked = members.clone().all(|d| ids.contains(&d.id));
                 let first = ids.iter().filter_map(|id| t.joins.get(id)).map(|p| p.first_asked).min();
@@ -415,7 +459,13 @@ impl Leader {
             return Ok(HeartbeatAnswer { lease_ms, state: n.state, epoch: cluster.epoch });
         }
         // Down, restarted (new incarnation) or not in the model yet: it has to join first.
-        let info = JoinInfo { id: hb.node_id, addr: hb.addr, pid: hb.pid, incarnation: hb.incarnation };
+        let info = JoinInfo {
+            id: hb.node_id,
+            addr: hb.addr,
+            pid: hb.pid,
+            incarnation: hb.incarnation,
+            loaded_gci: hb.loaded_gci,
+        };
         let p = t.joins.entry(hb.node_id).or_insert_with(|| {
             tracing::info!(node = hb.node_id, incarnation = hb.incarnation, "data node {} asks to join", hb.node_id);
             PendingJoin { info: info.clone(), first_asked: now, last_asked: now, in_flight: false, not_before: now }

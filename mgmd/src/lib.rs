@@ -4,10 +4,11 @@
 //!
 //! Layout: [`state`] is the pure model; [`raft`] replicates it (openraft, our own files, gRPC
 //! transport); [`leader`] holds what only the leader does (leases, joins, failure detection);
-//! [`service`] is the gRPC edge; [`daemon`] wires them together; [`args`] is the command line.
+//! [`gcp`] drives global checkpoints across the data nodes; [`service`] is the gRPC edge; [`daemon`] wires them together; [`args`] is the command line.
 
 pub mod args;
 pub mod daemon;
+pub mod gcp;
 pub mod leader;
 pub mod raft;
 pub mod service;
@@ -32,7 +33,8 @@ pub const WORKER_THREADS: usize = 2;
 /// `Ok`) or until Raft fails (returns the error).
 pub async fn run(args: MgmdArgs) -> anyhow::Result<()> {
     let opts = args.resolve()?;
-    let listener = tokio::net::TcpListener::bind(&opts.addr).await.with_context(|| format!("bind {}", opts.addr))?;
+    let listen = shoal_proto::config::listen_addr(&opts.addr);
+    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("bind {listen}"))?;
     let running = start(opts, listener).await?;
     let mut term =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("install SIGTERM handler")?;

@@ -75,7 +75,14 @@ fn heartbeat_from_pb(r: pb::HeartbeatRequest) -> Result<Heartbeat, ShoalError> {
     if r.addr.is_empty() || r.addr.len() > MAX_ADDR_BYTES || r.addr.chars().any(|c| c.is_control()) {
         return Err(invalid(format!("addr must be 1..={MAX_ADDR_BYTES} printable bytes")));
     }
-    Ok(Heartbeat { node_id: r.node_id, incarnation: r.incarnation, addr: r.addr, pid: r.pid, epoch: r.epoch })
+    Ok(Heartbeat {
+        node_id: r.node_id,
+        incarnation: r.incarnation,
+        addr: r.addr,
+        pid: r.pid,
+        epoch: r.epoch,
+        loaded_gci: r.loaded.then_some(r.loaded_gci),
+    })
 }
 
 /// Cuts `s` to at most `max` bytes on a character boundary.
@@ -116,7 +123,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             return Err(Status::resource_exhausted(format!("this mgmd serves at most {MAX_WATCHERS} watchers")));
         }
         let slot = WatcherSlot(self.watchers.clone());
-        let mut last = req.into_inner().known_epoch;
+        // Sent on every new epoch and every completed global checkpoint.
+        let mut last = (req.into_inner().known_epoch, 0);
         let (tx, rx) = mpsc::channel(WATCH_QUEUE_DEPTH);
         let mut states = self.consensus.published.subscribe();
         let mut shutdown = self.shutdown.clone();
@@ -124,8 +132,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             let _slot = slot;
             loop {
                 let cur = states.borrow_and_update().clone();
-                if cur.epoch != last {
-                    last = cur.epoch;
+                if (cur.epoch, cur.gci_complete) != last {
+                    last = (cur.epoch, cur.gci_complete);
                     tokio::select! {
                         r = tx.send(Ok(pb::ClusterState::from(&*cur))) => if r.is_err() { break },
                         _ = shutdown.wait_for(|&s| s) => break,
@@ -235,7 +243,15 @@ mod tests {
 
     #[test]
     fn heartbeat_validation() {
-        let ok = pb::HeartbeatRequest { node_id: 3, incarnation: 9, addr: "127.0.0.1:1".into(), pid: 1, epoch: 0 };
+        let ok = pb::HeartbeatRequest {
+            node_id: 3,
+            incarnation: 9,
+            addr: "127.0.0.1:1".into(),
+            pid: 1,
+            epoch: 0,
+            loaded: true,
+            loaded_gci: 0,
+        };
         assert!(heartbeat_from_pb(ok.clone()).is_ok());
         for bad in [
             pb::HeartbeatRequest { node_id: 0, ..ok.clone() },

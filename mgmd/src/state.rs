@@ -23,6 +23,9 @@ pub struct JoinInfo {
     pub addr: String,
     pub pid: u32,
     pub incarnation: u64,
+    /// The global checkpoint the node restored from its own files; None when it could not.
+    #[serde(default)]
+    pub loaded_gci: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +61,12 @@ pub enum Command {
     },
     /// Moves primaries back to their preferred nodes, where those are up and complete.
     Rebalance,
+    /// Global checkpoint `gci` is on disk on every live data node; `restorable` are the nodes
+    /// whose own files can restore it. Changes no map, so it does not raise the epoch.
+    GciComplete {
+        gci: u64,
+        restorable: Vec<NodeId>,
+    },
 }
 
 impl Command {
@@ -71,6 +80,7 @@ impl Command {
             Command::CreateTable { .. } => "create-table",
             Command::DropTable { .. } => "drop-table",
             Command::Rebalance => "rebalance",
+            Command::GciComplete { .. } => "gci-complete",
         }
     }
 }
@@ -128,6 +138,9 @@ impl Model {
     }
 
     pub fn apply(&mut self, cmd: Command) -> CommandResult {
+        if let Command::GciComplete { gci, restorable } = cmd {
+            return self.gci_complete(gci, &restorable);
+        }
         let before = self.cluster.clone();
         let result = match cmd {
             Command::Bootstrap { config } => self.bootstrap(config),
@@ -137,6 +150,7 @@ impl Model {
             Command::CreateTable { spec, if_not_exists } => self.create_table(spec, if_not_exists),
             Command::DropTable { name, if_exists } => self.drop_table(&name, if_exists),
             Command::Rebalance => self.rebalance(),
+            Command::GciComplete { .. } => unreachable!("handled above"),
         };
         match result {
             Ok(mut out) => {
@@ -174,6 +188,32 @@ impl Model {
         }
     }
 
+    fn gci_complete(&mut self, gci: u64, restorable: &[NodeId]) -> CommandResult {
+        self.config()?;
+        // Checkpoints complete in order; an old one arriving late changes nothing.
+        if gci > self.cluster.gci_complete {
+            self.cluster.gci_complete = gci;
+            for n in self.cluster.nodes.iter_mut().filter(|n| restorable.contains(&n.id)) {
+                n.restorable_gci = n.restorable_gci.max(gci);
+            }
+        }
+        Ok(Outcome { epoch: self.cluster.epoch, table: None })
+    }
+
+    /// Whether a node of a group with no live replica may start the group from its own files:
+    /// it restored them, up to what mgmd recorded for it, and no member of its group has newer.
+    pub fn can_start_group(cluster: &ClusterState, j: &JoinInfo) -> bool {
+        let Some(me) = cluster.node(j.id) else { return false };
+        let newest = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::DataNode && n.node_group == me.node_group)
+            .map(|n| n.restorable_gci)
+            .max()
+            .unwrap_or(0);
+        j.loaded_gci == Some(me.restorable_gci) && me.restorable_gci == newest
+    }
+
     fn config(&self) -> Result<&ClusterConfig, ShoalError> {
         self.config.as_ref().ok_or_else(|| err(ErrorCode::NodeNotReady, "cluster is not bootstrapped yet"))
     }
@@ -195,6 +235,7 @@ impl Model {
                 pid: 0,
                 incarnation: 0,
                 sync_epoch: 0,
+                restorable_gci: 0,
             })
             .collect();
         nodes.extend(config.datanode.iter().map(|d| Node {
@@ -206,6 +247,7 @@ impl Model {
             pid: 0,
             incarnation: 0,
             sync_epoch: 0,
+            restorable_gci: 0,
         }));
         let groups = config.node_groups();
         self.cluster.partitions = (0..config.partition_count())
@@ -273,11 +315,18 @@ impl Model {
                 node.pid = j.pid;
                 continue;
             }
+            let group = node.node_group;
+            let live_group = self.cluster.partitions.iter().any(|p| p.node_group == group && p.primary.is_some());
+            if !live_group && !Model::can_start_group(&self.cluster, &j) {
+                // Its files are older than a group peer's (or unreadable): starting the group
+                // from them would lose commits. It waits for that peer, or for a live group
+                // to copy from.
+                continue;
+            }
+            let node = self.node_mut(j.id)?;
             node.addr = j.addr;
             node.pid = j.pid;
             node.incarnation = j.incarnation;
-            let group = node.node_group;
-            let live_group = self.cluster.partitions.iter().any(|p| p.node_group == group && p.primary.is_some());
             if live_group {
                 for p in self.cluster.partitions.iter_mut().filter(|p| p.node_group == group) {
                     if p.primary.is_some() {
@@ -444,6 +493,9 @@ mod tests {
                 heartbeat_interval_ms: 100,
                 lease_ms: 600,
                 failure_timeout_ms: 1000,
+                gcp_interval_ms: 200,
+                lcp_redo_mb: 64,
+                lcp_interval_s: 300,
             },
             mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:7001".into(), data_dir: "m1".into() }],
             datanode,
@@ -452,7 +504,7 @@ mod tests {
     }
 
     fn join(id: NodeId, inc: u64) -> JoinInfo {
-        JoinInfo { id, addr: format!("127.0.0.1:{}", 7000 + id), pid: 1, incarnation: inc }
+        JoinInfo { id, addr: format!("127.0.0.1:{}", 7000 + id), pid: 1, incarnation: inc, loaded_gci: Some(0) }
     }
 
     fn started(groups: u32, replicas: u32) -> Model {

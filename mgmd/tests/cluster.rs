@@ -50,6 +50,9 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
             heartbeat_interval_ms: 100,
             lease_ms: 600,
             failure_timeout_ms: 1000,
+            gcp_interval_ms: 200,
+            lcp_redo_mb: 64,
+            lcp_interval_s: 300,
         },
         mgmd: mgmds
             .iter()
@@ -147,6 +150,8 @@ async fn heartbeat(addr: SocketAddr, node: NodeId, incarnation: u64) -> Option<p
         addr: format!("127.0.0.1:{}", 40000 + node),
         pid: 1,
         epoch: 0,
+        loaded: true,
+        loaded_gci: 0,
     };
     tokio::time::timeout(Duration::from_secs(1), c.heartbeat(req)).await.ok()?.ok().map(|r| r.into_inner())
 }

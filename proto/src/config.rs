@@ -40,6 +40,17 @@ pub struct ClusterSection {
     /// lease before anyone else is promoted.
     #[serde(default = "default_failure_timeout_ms")]
     pub failure_timeout_ms: u64,
+    /// How often mgmd runs a global checkpoint (DESIGN §2): the most a whole-cluster power
+    /// loss can take back in the default durability mode, and how long a `sync` write waits
+    /// at most for its checkpoint to start.
+    #[serde(default = "default_gcp_interval_ms")]
+    pub gcp_interval_ms: u64,
+    /// A data node starts a local checkpoint once this much redo was written since its last
+    /// one (it also checkpoints after `lcp_interval_s` if anything changed).
+    #[serde(default = "default_lcp_redo_mb")]
+    pub lcp_redo_mb: u64,
+    #[serde(default = "default_lcp_interval_s")]
+    pub lcp_interval_s: u64,
 }
 
 fn default_name() -> String {
@@ -56,6 +67,16 @@ fn default_lease_ms() -> u64 {
 }
 fn default_failure_timeout_ms() -> u64 {
     1000
+}
+
+fn default_gcp_interval_ms() -> u64 {
+    200
+}
+fn default_lcp_redo_mb() -> u64 {
+    64
+}
+fn default_lcp_interval_s() -> u64 {
+    300
 }
 
 /// How long an mgmd leader's confirmation by a Raft quorum stays good for granting leases.
@@ -93,6 +114,28 @@ pub struct SqlNodeConfig {
 
 fn default_data_memory_mb() -> u64 {
     1024
+}
+
+/// Environment variable naming the host a node listens on instead of the host of its configured
+/// address (the port stays). The configured `addr`/`mysql_addr` is what peers and clients dial —
+/// in a container, its hostname; the container sets `SHOAL_LISTEN_HOST=0.0.0.0` so the socket
+/// accepts on whatever address the container has, also after a network reconnect changed it.
+pub const LISTEN_HOST_ENV: &str = "SHOAL_LISTEN_HOST";
+
+/// The address a node binds for its configured address `addr`: `addr` itself, or its port on
+/// the host named by `$SHOAL_LISTEN_HOST` when that is set.
+pub fn listen_addr(addr: &str) -> String {
+    listen_addr_on(addr, std::env::var(LISTEN_HOST_ENV).ok().as_deref())
+}
+
+fn listen_addr_on(addr: &str, host: Option<&str>) -> String {
+    let host = host.map(str::trim).filter(|h| !h.is_empty());
+    match (host, addr.rsplit_once(':')) {
+        // A bare IPv6 host needs brackets in front of a port.
+        (Some(h), Some((_, port))) if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{port}"),
+        (Some(h), Some((_, port))) => format!("{h}:{port}"),
+        _ => addr.to_string(),
+    }
 }
 
 impl ClusterConfig {
@@ -135,6 +178,12 @@ impl ClusterConfig {
                 "failure_timeout_ms must exceed lease_ms + {LEADER_CONFIRM_WINDOW_MS} so a cut-off primary fences itself before a backup is promoted"
             ));
         }
+        if !(10..=60_000).contains(&c.gcp_interval_ms) {
+            return Err("gcp_interval_ms must be 10..=60000".into());
+        }
+        if c.lcp_redo_mb == 0 || c.lcp_interval_s == 0 {
+            return Err("lcp_redo_mb and lcp_interval_s must be positive".into());
+        }
         if self.mgmd.is_empty() || self.mgmd.len() == 2 || self.mgmd.len() > 5 {
             return Err("there must be 1, 3 or 5 mgmd nodes".into());
         }
@@ -162,5 +211,19 @@ impl ClusterConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_addr_on;
+
+    #[test]
+    fn listen_host_replaces_only_the_host() {
+        assert_eq!(listen_addr_on("datanode1:7410", None), "datanode1:7410");
+        assert_eq!(listen_addr_on("datanode1:7410", Some(" ")), "datanode1:7410");
+        assert_eq!(listen_addr_on("datanode1:7410", Some("0.0.0.0")), "0.0.0.0:7410");
+        assert_eq!(listen_addr_on("[::1]:3306", Some("::")), "[::]:3306");
+        assert_eq!(listen_addr_on("sql:3306", Some("[::]")), "[::]:3306");
     }
 }

@@ -205,6 +205,7 @@ impl From<&ClusterState> for pb::ClusterState {
                     pid: n.pid,
                     incarnation: n.incarnation,
                     sync_epoch: n.sync_epoch,
+                    restorable_gci: n.restorable_gci,
                 })
                 .collect(),
             tables: s.tables.iter().map(pb::Table::from).collect(),
@@ -224,6 +225,7 @@ impl From<&ClusterState> for pb::ClusterState {
                 })
                 .collect(),
             leader_id: s.leader_id,
+            gci_complete: s.gci_complete,
         }
     }
 }
@@ -250,6 +252,7 @@ impl TryFrom<pb::ClusterState> for ClusterState {
                     pid: n.pid,
                     incarnation: n.incarnation,
                     sync_epoch: n.sync_epoch,
+                    restorable_gci: n.restorable_gci,
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -275,7 +278,14 @@ impl TryFrom<pb::ClusterState> for ClusterState {
         if partitions.iter().enumerate().any(|(i, p)| p.partition as usize != i) {
             return Err(bad("partition map is not indexed by partition id"));
         }
-        Ok(ClusterState { epoch: s.epoch, nodes, tables, partitions, leader_id: s.leader_id })
+        Ok(ClusterState {
+            epoch: s.epoch,
+            nodes,
+            tables,
+            partitions,
+            leader_id: s.leader_id,
+            gci_complete: s.gci_complete,
+        })
     }
 }
 

@@ -24,6 +24,7 @@ pub enum ErrorCode {
     NodeNotReady,
     Overloaded,
     NullViolation,
+    DiskError,
 }
 
 impl ErrorCode {
@@ -48,6 +49,7 @@ impl ErrorCode {
             ErrorCode::NodeNotReady => P::NodeNotReady,
             ErrorCode::Overloaded => P::Overloaded,
             ErrorCode::NullViolation => P::NullViolation,
+            ErrorCode::DiskError => P::DiskError,
         }) as i32
     }
 
@@ -71,6 +73,7 @@ impl ErrorCode {
             P::NodeNotReady => ErrorCode::NodeNotReady,
             P::Overloaded => ErrorCode::Overloaded,
             P::NullViolation => ErrorCode::NullViolation,
+            P::DiskError => ErrorCode::DiskError,
         }
     }
 
@@ -94,6 +97,7 @@ impl ErrorCode {
             ErrorCode::NodeNotReady => "NODE_NOT_READY",
             ErrorCode::Overloaded => "OVERLOADED",
             ErrorCode::NullViolation => "NULL_VIOLATION",
+            ErrorCode::DiskError => "DISK_ERROR",
         }
     }
 
@@ -108,6 +112,7 @@ impl ErrorCode {
                 | ErrorCode::NodeNotReady
                 | ErrorCode::Overloaded
                 | ErrorCode::PartitionUnavailable
+                | ErrorCode::DiskError
         )
     }
 }

@@ -8,6 +8,7 @@ pub mod codec;
 pub mod config;
 pub mod convert;
 pub mod error;
+pub mod file;
 pub mod filter;
 pub mod hash;
 pub mod types;

@@ -302,6 +302,11 @@ pub struct Node {
     /// Starting data nodes: the epoch in which their current copy began (0 otherwise). A node
     /// that sees a new value must drop what it holds and copy again.
     pub sync_epoch: Epoch,
+    /// Data nodes: the newest global checkpoint their own files can restore (recorded by mgmd
+    /// when the node reports its files complete at a checkpoint). A system restart starts a
+    /// node group only from a node holding its group's newest one.
+    #[serde(default)]
+    pub restorable_gci: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -355,6 +360,9 @@ pub struct ClusterState {
     /// of every table lives in the same place, so tables with the same partition key co-locate.
     pub partitions: Vec<PartitionAssignment>,
     pub leader_id: NodeId,
+    /// The newest complete global checkpoint (DESIGN §2). Advances without changing `epoch`.
+    #[serde(default)]
+    pub gci_complete: u64,
 }
 
 impl ClusterState {

@@ -62,7 +62,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .find(|s| s.id == args.id)
         .with_context(|| format!("node {} is not a [[sqlnode]] in {}", args.id, args.config.display()))?
         .clone();
-    let listener = TcpListener::bind(&me.mysql_addr).await.with_context(|| format!("listen on {}", me.mysql_addr))?;
+    let listen = shoal_proto::config::listen_addr(&me.mysql_addr);
+    let listener = TcpListener::bind(&listen).await.with_context(|| format!("listen on {listen}"))?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     tracing::info!(id = me.id, "connecting to the cluster through mgmd {}", config.mgmd_addrs().join(","));

@@ -24,8 +24,8 @@ use openraft::{OptionalSend, StorageIOError};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-use super::file::{self, FileError};
 use super::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use shoal_proto::file::{self, FileError};
 
 pub const LOG_FILE: &str = "raft-log";
 pub const VOTE_FILE: &str = "raft-vote";
@@ -165,7 +165,7 @@ impl LogStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(FileError::io("read", &path, e)),
         };
-        let scan = file::scan_frames(&path, &buf)?;
+        let scan = file::scan_frames(&path, &buf, b'{')?;
         let mut mem = Mem::default();
         let mut offset = 0u64;
         for payload in &scan.payloads {
@@ -382,10 +382,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::file::test_dir::TestDir;
     use crate::state::Command;
     use openraft::storage::RaftLogStorageExt;
     use openraft::{CommittedLeaderId, EntryPayload};
+    use shoal_proto::file::test_dir::TestDir;
 
     fn log_id(term: u64, index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(term, 1), index)

@@ -4,7 +4,6 @@
 //! [`Consensus`] is what the rest of the daemon holds: the Raft handle plus the few questions
 //! everyone asks of it (who leads, propose a command).
 
-pub mod file;
 pub mod log_store;
 pub mod network;
 pub mod server;

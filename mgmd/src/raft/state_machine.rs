@@ -19,9 +19,9 @@ use shoal_proto::config::ClusterConfig;
 use shoal_proto::{ClusterState, NodeId};
 use tokio::sync::watch;
 
-use super::file::{self, FileError};
 use super::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::state::{CommandResult, Model, Outcome};
+use shoal_proto::file::{self, FileError};
 
 pub const SNAPSHOT_FILE: &str = "raft-snapshot";
 
@@ -52,14 +52,15 @@ impl Published {
         self.config.read().clone()
     }
 
-    /// Publishes the model's map if it is new (every change raises the epoch), or always with
-    /// `force` (a snapshot replaced the model wholesale).
+    /// Publishes the model's map if it is new (every change raises the epoch; a completed
+    /// global checkpoint advances `gci_complete`), or always with `force` (a snapshot replaced
+    /// the model wholesale).
     fn publish(&self, model: &Model, force: bool) {
         if model.config.is_some() != self.config.read().is_some() || force {
             *self.config.write() = model.config.clone().map(Arc::new);
         }
         self.tx.send_if_modified(|cur| {
-            if !force && cur.epoch == model.cluster.epoch {
+            if !force && cur.epoch == model.cluster.epoch && cur.gci_complete == model.cluster.gci_complete {
                 return false;
             }
             let mut state = model.cluster.clone();
@@ -269,10 +270,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::file::test_dir::TestDir;
     use crate::state::Command;
     use openraft::{CommittedLeaderId, Membership};
     use shoal_proto::config::{ClusterSection, DataNodeConfig, MgmdConfig};
+    use shoal_proto::file::test_dir::TestDir;
     use std::collections::{BTreeMap, BTreeSet};
 
     fn config() -> ClusterConfig {
@@ -284,6 +285,9 @@ mod tests {
                 heartbeat_interval_ms: 100,
                 lease_ms: 600,
                 failure_timeout_ms: 1000,
+                gcp_interval_ms: 200,
+                lcp_redo_mb: 64,
+                lcp_interval_s: 300,
             },
             mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:1".into(), data_dir: "m".into() }],
             datanode: vec![DataNodeConfig {

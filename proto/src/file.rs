@@ -1,4 +1,5 @@
-//! The on-disk framing every mgmd file uses, and atomic whole-file replacement.
+//! The on-disk framing every Shoal file uses (mgmd's Raft files, data nodes' redo logs and
+//! checkpoints), and atomic whole-file replacement.
 //!
 //! A file is a sequence of frames:
 //!
@@ -51,7 +52,7 @@ pub fn encode_frame(payload: &[u8], out: &mut Vec<u8>) {
 
 /// The frame that starts at `buf[0]`, if it is whole and its checksum matches.
 /// Returns the payload and the frame's total length.
-fn frame_at(buf: &[u8]) -> Result<(&[u8], usize), &'static str> {
+pub fn frame_at(buf: &[u8]) -> Result<(&[u8], usize), &'static str> {
     if buf.len() < FRAME_HEADER_BYTES {
         return Err("short frame header");
     }
@@ -88,7 +89,7 @@ pub struct Scan<'a> {
 /// reported through `valid_len`. A bad frame followed by a frame that checks out is damage in
 /// the middle of the file: cutting there would silently drop records that were acknowledged,
 /// so that is an error.
-pub fn scan_frames<'a>(path: &Path, buf: &'a [u8]) -> Result<Scan<'a>, FileError> {
+pub fn scan_frames<'a>(path: &Path, buf: &'a [u8], first_byte: u8) -> Result<Scan<'a>, FileError> {
     let mut payloads = Vec::new();
     let mut pos = 0;
     while pos < buf.len() {
@@ -98,7 +99,7 @@ pub fn scan_frames<'a>(path: &Path, buf: &'a [u8]) -> Result<Scan<'a>, FileError
                 pos += n;
             }
             Err(reason) => {
-                if let Some(next) = find_valid_frame(&buf[pos + 1..]) {
+                if let Some(next) = find_valid_frame(&buf[pos + 1..], first_byte) {
                     return Err(FileError::Corrupt {
                         path: path.to_path_buf(),
                         offset: pos as u64,
@@ -115,12 +116,13 @@ pub fn scan_frames<'a>(path: &Path, buf: &'a [u8]) -> Result<Scan<'a>, FileError
     Ok(Scan { payloads, valid_len: pos, tail_reason: None })
 }
 
-/// Offset of the first position in `buf` where an intact frame starts. Our payloads are JSON
-/// objects, so a candidate must start with `{`: that keeps this scan cheap and makes a chance
-/// match in torn bytes (already 2^-32 through the CRC) even less likely.
-fn find_valid_frame(buf: &[u8]) -> Option<usize> {
+/// Offset of the first position in `buf` where an intact frame starts. Every payload of one
+/// kind of file starts with the same byte (`{` for JSON, a format tag for binary records), so
+/// a candidate must start with it: that keeps this scan cheap and makes a chance match in torn
+/// bytes (already 2^-32 through the CRC) even less likely.
+fn find_valid_frame(buf: &[u8], first_byte: u8) -> Option<usize> {
     (0..buf.len().saturating_sub(FRAME_HEADER_BYTES))
-        .find(|&i| buf.get(i + FRAME_HEADER_BYTES) == Some(&b'{') && frame_at(&buf[i..]).is_ok())
+        .find(|&i| buf.get(i + FRAME_HEADER_BYTES) == Some(&first_byte) && frame_at(&buf[i..]).is_ok())
 }
 
 /// Reads a file written by [`write_atomic`]: `None` if it does not exist, every payload if it
@@ -190,8 +192,9 @@ pub fn open_append(path: &Path) -> Result<File, FileError> {
     OpenOptions::new().create(true).append(true).read(true).open(path).map_err(|e| FileError::io("open", path, e))
 }
 
-#[cfg(test)]
-pub(crate) mod test_dir {
+/// Scratch directories for tests of code that writes files (used by several crates' tests).
+#[doc(hidden)]
+pub mod test_dir {
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -206,7 +209,7 @@ pub(crate) mod test_dir {
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
             let p = std::env::temp_dir().join(format!(
-                "shoal-mgmd-{tag}-{}-{}-{nanos}",
+                "shoal-{tag}-{}-{}-{nanos}",
                 std::process::id(),
                 N.fetch_add(1, Ordering::Relaxed)
             ));
@@ -242,7 +245,7 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let buf = frames(&[b"{\"a\":1}", b"{\"b\":2}"]);
-        let scan = scan_frames(Path::new("x"), &buf).unwrap();
+        let scan = scan_frames(Path::new("x"), &buf, b'{').unwrap();
         assert_eq!(scan.payloads, vec![&b"{\"a\":1}"[..], &b"{\"b\":2}"[..]]);
         assert_eq!(scan.valid_len, buf.len());
         assert!(scan.tail_reason.is_none());
@@ -256,7 +259,7 @@ mod tests {
         for cut in 1..extra.len() {
             buf.truncate(whole);
             buf.extend_from_slice(&extra[..cut]);
-            let scan = scan_frames(Path::new("x"), &buf).unwrap();
+            let scan = scan_frames(Path::new("x"), &buf, b'{').unwrap();
             assert_eq!(scan.payloads.len(), 2, "cut at {cut}");
             assert_eq!(scan.valid_len, whole);
             assert!(scan.tail_reason.is_some());
@@ -264,7 +267,7 @@ mod tests {
         // A zero-filled tail (what some filesystems leave after a crash) is torn too.
         buf.truncate(whole);
         buf.extend_from_slice(&[0u8; 100]);
-        assert_eq!(scan_frames(Path::new("x"), &buf).unwrap().valid_len, whole);
+        assert_eq!(scan_frames(Path::new("x"), &buf, b'{').unwrap().valid_len, whole);
     }
 
     #[test]
@@ -273,13 +276,13 @@ mod tests {
         let mut buf = a.clone();
         buf.extend_from_slice(b"garbage!garbage!");
         buf.extend_from_slice(&frames(&[b"{\"b\":2}"]));
-        let e = scan_frames(Path::new("log"), &buf).unwrap_err();
+        let e = scan_frames(Path::new("log"), &buf, b'{').unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("log") && msg.contains(&format!("byte {}", a.len())), "{msg}");
         // A flipped bit inside a middle record is caught by its checksum.
         let mut buf = frames(&[b"{\"a\":1}", b"{\"b\":2}", b"{\"c\":3}"]);
         buf[a.len() + FRAME_HEADER_BYTES + 2] ^= 0x40;
-        assert!(scan_frames(Path::new("log"), &buf).is_err());
+        assert!(scan_frames(Path::new("log"), &buf, b'{').is_err());
     }
 
     #[test]
