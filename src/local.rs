@@ -52,6 +52,8 @@ pub struct Layout {
     pub mgmds: u32,
     pub sql_nodes: u32,
     pub base_port: u16,
+    pub gcp_interval_ms: u64,
+    pub lcp_redo_mb: u64,
 }
 
 impl LocalCluster {
@@ -105,8 +107,8 @@ impl LocalCluster {
                 heartbeat_interval_ms: 100,
                 lease_ms: 600,
                 failure_timeout_ms: 1000,
-                gcp_interval_ms: 200,
-                lcp_redo_mb: 64,
+                gcp_interval_ms: layout.gcp_interval_ms,
+                lcp_redo_mb: layout.lcp_redo_mb,
                 lcp_interval_s: 300,
             },
             mgmd,

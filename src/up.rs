@@ -31,6 +31,13 @@ pub struct UpArgs {
     /// First port; mgmds use base.., data nodes base+10.., SQL nodes base+30.. (a new cluster only).
     #[arg(long, default_value_t = 7400)]
     pub base_port: u16,
+    /// Milliseconds between global checkpoints: what a whole-cluster power loss can take back
+    /// in the default durability mode (a new cluster only; `cluster.toml` holds it).
+    #[arg(long, default_value_t = 200)]
+    pub gcp_interval_ms: u64,
+    /// Redo written (MB) that starts a local checkpoint on a data node (a new cluster only).
+    #[arg(long, default_value_t = 64)]
+    pub lcp_redo_mb: u64,
 }
 
 pub fn run(a: UpArgs) -> Result<()> {
@@ -45,6 +52,8 @@ pub fn run(a: UpArgs) -> Result<()> {
             mgmds: a.mgmds,
             sql_nodes: a.sql_nodes,
             base_port: a.base_port,
+            gcp_interval_ms: a.gcp_interval_ms,
+            lcp_redo_mb: a.lcp_redo_mb,
         };
         let c = LocalCluster::create(&a.dir, &layout)?;
         println!("created a new cluster in {}", a.dir.display());

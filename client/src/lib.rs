@@ -197,6 +197,12 @@ impl Client {
         let mut rx = self.inner.gci_tx.subscribe();
         let wait = deadline.saturating_duration_since(Instant::now());
         let reached = matches!(tokio::time::timeout(wait, rx.wait_for(|&g| g >= gci)).await, Ok(Ok(_)));
+        if reached && !self.map().gci_durable(gci) {
+            return Err(ShoalError::new(
+                ErrorCode::Timeout,
+                format!("the write's global checkpoint {gci} was rolled back by a system restart: it is lost"),
+            ));
+        }
         match reached {
             true => Ok(()),
             false => Err(ShoalError::new(
@@ -335,7 +341,16 @@ impl Client {
     /// succeeds.
     pub async fn batch(&self, ops: Vec<KeyOp>) -> Vec<OpOutcome> {
         let read_backup = self.inner.opts.read_backup;
-        self.run_batch(ops, read_backup, None).await
+        self.run_batch(ops, read_backup, None).await.0
+    }
+
+    /// Like [`Client::batch`], also giving the global checkpoint each successful write was
+    /// committed in (0 for reads): a whole-cluster restart restores exactly the writes whose
+    /// GCI is at most the last complete one.
+    pub async fn batch_with_gci(&self, ops: Vec<KeyOp>) -> Vec<Result<(Option<Row>, u64)>> {
+        let read_backup = self.inner.opts.read_backup;
+        let (out, gcis) = self.run_batch(ops, read_backup, None).await;
+        out.into_iter().zip(gcis).map(|(o, g)| o.map(|r| (r, g))).collect()
     }
 
     /// Reads a key from one particular data node (which must hold a complete replica), for
@@ -343,6 +358,7 @@ impl Client {
     pub async fn get_from_node(&self, node: NodeId, table: &str, key: Row) -> Result<Option<Row>> {
         self.run_batch(vec![KeyOp::Read { table: table.into(), key }], true, Some(node))
             .await
+            .0
             .pop()
             .unwrap_or_else(|| Err(ShoalError::internal("empty batch result")))
     }
@@ -388,7 +404,12 @@ impl Client {
         })
     }
 
-    async fn run_batch(&self, ops: Vec<KeyOp>, read_backup: bool, only_node: Option<NodeId>) -> Vec<OpOutcome> {
+    async fn run_batch(
+        &self,
+        ops: Vec<KeyOp>,
+        read_backup: bool,
+        only_node: Option<NodeId>,
+    ) -> (Vec<OpOutcome>, Vec<u64>) {
         let deadline = Instant::now() + self.inner.opts.deadline;
         let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
         let mut gcis: Vec<u64> = vec![0; ops.len()];
@@ -522,7 +543,7 @@ impl Client {
                 }
             }
         }
-        out
+        (out, gcis)
     }
 
     fn node_client(&self, id: NodeId) -> Result<DataNodeClient<Channel>> {

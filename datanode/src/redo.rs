@@ -226,9 +226,11 @@ pub struct ReplayStats {
 }
 
 /// Replays one part from segment `from_seg` up to its first marker ≥ `target`, calling `apply`
-/// for every write with a GCI ≤ `target` that no later life rolled back. A torn tail of a
-/// segment is cut off (the file is truncated, with a log line); damage followed by intact
-/// records, or a part that ends before the marker, is an error naming the file.
+/// for every write with a GCI ≤ `target` that no later life rolled back. The rest of the part
+/// is then only checked: a torn tail of a segment (a crash during a write) is cut off, the
+/// file truncated at its last whole record, with a log line. Damage followed by intact
+/// records before the marker, or a part that ends before the marker, is an error naming the
+/// file: the log cannot restore `target`.
 pub fn replay_part(
     dir: &Path,
     part: usize,
@@ -238,19 +240,29 @@ pub fn replay_part(
     mut apply: impl FnMut(TableId, PartitionId, Image),
 ) -> Result<ReplayStats, String> {
     let mut stats = ReplayStats::default();
-    if target == 0 {
-        return Ok(stats); // no checkpoint ever completed: nothing is committed on disk
-    }
+    // With no complete checkpoint (target 0) nothing on disk counts; the tails are still cut.
+    let mut reached = target == 0;
     for seg in list_segments(dir, part).map_err(|e| e.to_string())?.into_iter().filter(|&s| s >= from_seg) {
         let path = part_dir(dir, part).join(segment_name(seg));
         let buf = fs::read(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
-        let scan = file::scan_frames(&path, &buf, REDO_TAG).map_err(|e| e.to_string())?;
+        let scan = match file::scan_frames(&path, &buf, REDO_TAG) {
+            Ok(scan) => scan,
+            Err(e) if reached => {
+                // Past what the restore needs: report it, the next checkpoint makes it moot.
+                tracing::warn!("redo beyond the restored checkpoint is damaged: {e}");
+                continue;
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let cutoff = lives.cutoff(seg).min(target);
         for payload in &scan.payloads {
+            if reached {
+                break;
+            }
             stats.records += 1;
             stats.bytes += (payload.len() + file::FRAME_HEADER_BYTES) as u64;
             match decode(payload).map_err(|e| format!("{}: {e}", path.display()))? {
-                Entry::Marker { gci } if gci >= target => return Ok(stats),
+                Entry::Marker { gci } if gci >= target => reached = true,
                 Entry::Marker { .. } => {}
                 Entry::Write { gci, table, partition, image } => {
                     if gci <= cutoff {
@@ -273,6 +285,9 @@ pub fn replay_part(
             f.set_len(scan.valid_len as u64).map_err(|e| format!("truncate {}: {e}", path.display()))?;
             f.sync_all().map_err(|e| format!("fsync {}: {e}", path.display()))?;
         }
+    }
+    if reached {
+        return Ok(stats);
     }
     Err(format!(
         "redo part {part} in {} ends before the marker of global checkpoint {target}: the log is incomplete",

@@ -22,6 +22,10 @@ use tonic::transport::{Channel, Endpoint};
 use crate::leader::Leader;
 use crate::state::Command;
 
+/// Data nodes never stamp a GCI more than this past the last complete one: a leader records
+/// g complete only after switching them to g+1, and a new leader starts three past it.
+pub const MAX_STAMPED_PAST_COMPLETE: u64 = 3;
+
 /// Timeout of PREPARE, COMMIT and ABORT calls.
 const STEP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Timeout of FLUSH (it waits for an fsync).
@@ -52,7 +56,7 @@ pub async fn gcp_loop(leader: Arc<Leader>, mut shutdown: watch::Receiver<bool>) 
         if cluster.nodes.is_empty() {
             continue; // not bootstrapped
         }
-        next = next.max(cluster.gci_complete + 3);
+        next = next.max(cluster.gci_complete + MAX_STAMPED_PAST_COMPLETE);
         let mut parts = vec![];
         for n in cluster
             .nodes

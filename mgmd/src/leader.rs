@@ -353,7 +353,31 @@ impl Leader {
             }
         }
         for (group, mut ids) in groups {
-            let live = cluster.partitions.iter().any(|p| p.node_group == group && p.primary.is_some());
+            // Primaries held by other nodes than the ones asking (a node asking again with a new
+            // incarnation loses its old role in the join itself).
+            let others: Vec<NodeId> = cluster
+                .partitions
+                .iter()
+                .filter(|p| p.node_group == group)
+                .filter_map(|p| p.primary)
+                .filter(|id| !ids.contains(id))
+                .collect();
+            let live = !others.is_empty();
+            // After an mgmd restart the model may still show primaries that died with it. A
+            // join into such a group would copy from a dead node and drop what the joiner
+            // restored from disk, so wait until each primary has heartbeated to this leader
+            // (or the failure detector took it out, which makes the group start from disk).
+            let unseen = others.iter().find(|&&id| {
+                let inc = cluster.node(id).map(|n| n.incarnation);
+                !matches!(t.last_seen.get(&id), Some(&(_, seen)) if Some(seen) == inc)
+            });
+            if let Some(&id) = unseen {
+                if now.saturating_duration_since(t.group_wait_logged) >= Duration::from_secs(5) {
+                    t.group_wait_logged = now;
+                    tracing::info!(group, asking = ?ids, "joins to node group {group} wait until primary {id} is heard from or declared down");
+                }
+                continue;
+            }
             if !live {
                 // Only nodes holding the group's newest restorable state may start it.
                 let able: Vec<NodeId> = ids

@@ -14,6 +14,9 @@ use shoal_proto::{
 /// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
 const SYNC_EPOCH_PENDING: Epoch = Epoch::MAX;
 
+/// Rolled-back GCI ranges the map remembers.
+pub const MAX_ROLLED_BACK: usize = 16;
+
 /// Most tables in one cluster.
 pub const MAX_TABLES: usize = 4096;
 
@@ -323,6 +326,19 @@ impl Model {
                 // to copy from.
                 continue;
             }
+            if !live_group {
+                // The group restarts from its files at the node's restorable GCI. Whatever its
+                // nodes stamped after that (at most three GCIs past the last complete one, see
+                // gcp.rs) is gone: record it, so a `sync` writer waiting for such a GCI learns
+                // its write was lost instead of seeing a later checkpoint complete.
+                let restored = self.cluster.node(j.id).map_or(0, |n| n.restorable_gci);
+                let through = self.cluster.gci_complete + crate::gcp::MAX_STAMPED_PAST_COMPLETE;
+                if through > restored && self.cluster.rolled_back.last() != Some(&(restored, through)) {
+                    self.cluster.rolled_back.push((restored, through));
+                    let excess = self.cluster.rolled_back.len().saturating_sub(MAX_ROLLED_BACK);
+                    self.cluster.rolled_back.drain(..excess);
+                }
+            }
             let node = self.node_mut(j.id)?;
             node.addr = j.addr;
             node.pid = j.pid;
@@ -563,6 +579,53 @@ mod tests {
         // A duplicate report changes nothing and does not raise the epoch.
         let out = m.apply(Command::Down { id: 11, incarnation: 1, reason: "again".into() }).unwrap();
         assert_eq!(out.epoch, e0 + 1);
+    }
+
+    #[test]
+    fn checkpoints_complete_without_a_new_epoch_and_record_restorable_nodes() {
+        let mut m = started(1, 2);
+        let epoch = m.cluster.epoch;
+        m.apply(Command::GciComplete { gci: 7, restorable: vec![11] }).unwrap();
+        assert_eq!(m.cluster.epoch, epoch, "a checkpoint changes no map");
+        assert_eq!(m.cluster.gci_complete, 7);
+        assert_eq!(m.cluster.node(11).unwrap().restorable_gci, 7);
+        assert_eq!(m.cluster.node(12).unwrap().restorable_gci, 0);
+        // An older one arriving late changes nothing.
+        m.apply(Command::GciComplete { gci: 5, restorable: vec![12] }).unwrap();
+        assert_eq!(m.cluster.gci_complete, 7);
+        assert_eq!(m.cluster.node(12).unwrap().restorable_gci, 0);
+    }
+
+    #[test]
+    fn system_restart_starts_a_group_only_from_its_newest_files() {
+        let mut m = started(1, 2);
+        m.apply(Command::GciComplete { gci: 10, restorable: vec![11, 12] }).unwrap();
+        m.apply(Command::Down { id: 11, incarnation: 1, reason: "crash".into() }).unwrap();
+        // Node 12 carries on alone: only its files hold checkpoint 20.
+        m.apply(Command::GciComplete { gci: 20, restorable: vec![12] }).unwrap();
+        m.apply(Command::Down { id: 12, incarnation: 1, reason: "crash".into() }).unwrap();
+        assert!(m.cluster.partitions.iter().all(|p| p.primary.is_none()));
+        // Node 11 comes back first with older files: the group must not start from them.
+        let mut j11 = join(11, 2);
+        j11.loaded_gci = Some(10);
+        m.apply(Command::Join { nodes: vec![j11.clone()] }).unwrap();
+        assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Down);
+        // A node that could not read its files cannot start it either.
+        let mut j12 = join(12, 2);
+        j12.loaded_gci = None;
+        assert!(!Model::can_start_group(&m.cluster, &j12));
+        // Node 12 with its files restored to 20 starts the group; what was stamped after the
+        // last complete checkpoint is recorded as rolled back.
+        j12.loaded_gci = Some(20);
+        m.apply(Command::Join { nodes: vec![j12] }).unwrap();
+        assert_eq!(m.cluster.node(12).unwrap().state, NodeState::Up);
+        assert!(m.cluster.partitions.iter().all(|p| p.primary == Some(12)));
+        assert!(m.cluster.gci_durable(20));
+        assert!(!m.cluster.gci_durable(21));
+        assert_eq!(m.cluster.rolled_back.last(), Some(&(20, 23)));
+        // Node 11 then joins the live group and copies.
+        m.apply(Command::Join { nodes: vec![j11] }).unwrap();
+        assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Starting);
     }
 
     #[test]

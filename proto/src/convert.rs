@@ -226,6 +226,7 @@ impl From<&ClusterState> for pb::ClusterState {
                 .collect(),
             leader_id: s.leader_id,
             gci_complete: s.gci_complete,
+            rolled_back: s.rolled_back.iter().map(|&(after, through)| pb::GciRange { after, through }).collect(),
         }
     }
 }
@@ -285,6 +286,7 @@ impl TryFrom<pb::ClusterState> for ClusterState {
             partitions,
             leader_id: s.leader_id,
             gci_complete: s.gci_complete,
+            rolled_back: s.rolled_back.into_iter().map(|r| (r.after, r.through)).collect(),
         })
     }
 }

@@ -363,9 +363,19 @@ pub struct ClusterState {
     /// The newest complete global checkpoint (DESIGN §2). Advances without changing `epoch`.
     #[serde(default)]
     pub gci_complete: u64,
+    /// GCI ranges (after, through] that system restarts rolled back, newest last (bounded):
+    /// a GCI number below `gci_complete` is durable only if it is in none of them.
+    #[serde(default)]
+    pub rolled_back: Vec<(u64, u64)>,
 }
 
 impl ClusterState {
+    /// Whether commits stamped `gci` are on disk for good: the checkpoint completed and no
+    /// system restart rolled it back.
+    pub fn gci_durable(&self, gci: u64) -> bool {
+        gci <= self.gci_complete && !self.rolled_back.iter().any(|&(after, through)| gci > after && gci <= through)
+    }
+
     pub fn node(&self, id: NodeId) -> Option<&Node> {
         self.nodes.iter().find(|n| n.id == id)
     }

@@ -51,6 +51,11 @@ impl TestCluster {
 
     /// Like [`TestCluster::start`], with `sql_nodes` SQL nodes (MySQL ports base+30..).
     pub fn start_with_sql(node_groups: u32, replicas: u32, mgmds: u32, sql_nodes: u32) -> TestCluster {
+        TestCluster::start_with_args(node_groups, replicas, mgmds, sql_nodes, &[])
+    }
+
+    /// Like [`TestCluster::start_with_sql`], passing `extra` arguments to `shoal up`.
+    pub fn start_with_args(node_groups: u32, replicas: u32, mgmds: u32, sql_nodes: u32, extra: &[&str]) -> TestCluster {
         let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = std::env::temp_dir().join(format!(
             "shoal-test-{}-{}",
@@ -60,7 +65,7 @@ impl TestCluster {
         let _ = std::fs::remove_dir_all(&dir);
         let span = if sql_nodes > 0 { 30 + sql_nodes as u16 } else { 10 + (node_groups * replicas) as u16 };
         let base = free_base_port(span);
-        let layout = [
+        let mut layout = vec![
             "--node-groups".to_string(),
             node_groups.to_string(),
             "--replicas".into(),
@@ -72,6 +77,7 @@ impl TestCluster {
             "--sql-nodes".into(),
             sql_nodes.to_string(),
         ];
+        layout.extend(extra.iter().map(|s| s.to_string()));
         let mgmd_addrs = (0..mgmds).map(|i| format!("127.0.0.1:{}", base + i as u16)).collect();
         let mysql_addrs = (0..sql_nodes).map(|i| format!("127.0.0.1:{}", base + 30 + i as u16)).collect();
         let mut cluster = TestCluster { dir, up: None, mgmd_addrs, mysql_addrs, _serial: serial };
@@ -120,6 +126,33 @@ impl TestCluster {
     pub fn restart(&mut self) {
         self.stop_up();
         assert!(self.node_pids().iter().all(|&p| !is_ours(p)), "shoal up left nodes running");
+        self.run_up(&[]);
+    }
+
+    /// kill -9 of every process at once (a power loss), then `shoal up` on the same directory.
+    pub fn crash_all_and_restart(&mut self) {
+        self.crash_all_and_restart_with(|| {});
+    }
+
+    /// Like [`TestCluster::crash_all_and_restart`], running `between` while everything is down.
+    pub fn crash_all_and_restart_with(&mut self, between: impl FnOnce()) {
+        let pids = self.node_pids();
+        if let Some(up) = &self.up {
+            unsafe { libc::kill(up.id() as i32, libc::SIGKILL) };
+        }
+        for &pid in &pids {
+            if is_ours(pid) {
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+        if let Some(mut up) = self.up.take() {
+            let _ = up.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pids.iter().any(|&p| is_ours(p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        between();
         self.run_up(&[]);
     }
 
