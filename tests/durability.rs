@@ -256,3 +256,31 @@ async fn damaged_checkpoint_and_redo_are_refused_never_half_loaded() {
         assert_eq!(a, b, "replicas disagree on {k}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_session_in_sync_mode_survives_a_whole_cluster_kill() {
+    use mysql_async::prelude::*;
+    let mut cluster = TestCluster::start_with_args(1, 2, 1, 1, &["--gcp-interval-ms", "100"]);
+    let (host, port) = cluster.mysql_addrs[0].rsplit_once(':').unwrap();
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(host.to_string())
+        .tcp_port(port.parse().unwrap())
+        .user(Some("root"))
+        .prefer_socket(false);
+    let mut c = mysql_async::Conn::new(opts.clone()).await.unwrap();
+    c.query_drop("CREATE DATABASE d").await.unwrap();
+    c.query_drop("CREATE TABLE d.t (id INT PRIMARY KEY, v VARCHAR(20))").await.unwrap();
+    match c.query_drop("SET shoal_durability = 'fast'").await {
+        Err(mysql_async::Error::Server(e)) => assert_eq!(e.code, 1231),
+        other => panic!("a bad durability value must be refused, got {other:?}"),
+    }
+    c.query_drop("SET SESSION shoal_durability = 'sync'").await.unwrap();
+    for i in 0..20 {
+        c.query_drop(format!("INSERT INTO d.t VALUES ({i}, 'v{i}')")).await.unwrap();
+    }
+    drop(c);
+    cluster.crash_all_and_restart();
+    let mut c = mysql_async::Conn::new(opts).await.unwrap();
+    let n: Option<i64> = c.query_first("SELECT COUNT(*) FROM d.t").await.unwrap();
+    assert_eq!(n, Some(20), "every INSERT acknowledged in sync mode survives");
+}

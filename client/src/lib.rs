@@ -192,12 +192,12 @@ impl Client {
         self.durability
     }
 
-    /// Waits until global checkpoint `gci` is complete, up to `deadline`.
-    async fn wait_durable(&self, gci: u64, deadline: Instant) -> Result<()> {
+    /// Waits until global checkpoint `gci` is complete for `node_group`, up to `deadline`.
+    async fn wait_durable(&self, gci: u64, node_group: u32, deadline: Instant) -> Result<()> {
         let mut rx = self.inner.gci_tx.subscribe();
         let wait = deadline.saturating_duration_since(Instant::now());
         let reached = matches!(tokio::time::timeout(wait, rx.wait_for(|&g| g >= gci)).await, Ok(Ok(_)));
-        if reached && !self.map().gci_durable(gci) {
+        if reached && !self.map().gci_durable(gci, node_group) {
             return Err(ShoalError::new(
                 ErrorCode::Timeout,
                 format!("the write's global checkpoint {gci} was rolled back by a system restart: it is lost"),
@@ -413,6 +413,8 @@ impl Client {
         let deadline = Instant::now() + self.inner.opts.deadline;
         let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
         let mut gcis: Vec<u64> = vec![0; ops.len()];
+        // Node group of each operation's partition (for durability waits).
+        let mut group_of: Vec<u32> = vec![0; ops.len()];
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let mut backoff = Duration::from_millis(5);
         let mut last_err: HashMap<usize, ShoalError> = HashMap::new();
@@ -438,6 +440,7 @@ impl Client {
                         continue;
                     }
                 };
+                group_of[i] = map.partitions.get(prepared.partition as usize).map_or(0, |p| p.node_group);
                 match route(&map, &prepared, read_backup, only_node, &mut spread) {
                     Some(node) => by_node.entry(node).or_default().push((i, prepared)),
                     None => {
@@ -535,11 +538,21 @@ impl Client {
             .into_iter()
             .map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome"))))
             .collect();
-        let newest = gcis.iter().copied().max().unwrap_or(0);
-        if self.durability == Durability::Sync && newest > 0 {
-            if let Err(e) = self.wait_durable(newest, deadline.max(Instant::now() + MIN_DURABLE_WAIT)).await {
-                for (o, _) in out.iter_mut().zip(&gcis).filter(|(o, &g)| g > 0 && o.is_ok()) {
-                    *o = Err(e.clone());
+        if self.durability == Durability::Sync {
+            let wait_until = deadline.max(Instant::now() + MIN_DURABLE_WAIT);
+            // One wait per node group, for the newest GCI any of its writes got.
+            let mut newest: HashMap<u32, u64> = HashMap::new();
+            for (i, &g) in gcis.iter().enumerate().filter(|(_, &g)| g > 0) {
+                let e = newest.entry(group_of[i]).or_default();
+                *e = (*e).max(g);
+            }
+            for (group, gci) in newest {
+                if let Err(e) = self.wait_durable(gci, group, wait_until).await {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        if gcis[i] > 0 && group_of[i] == group && o.is_ok() {
+                            *o = Err(e.clone());
+                        }
+                    }
                 }
             }
         }

@@ -34,6 +34,8 @@ pub struct GciClock {
     held_since: Mutex<Option<Instant>>,
     released: Notify,
     in_flight: [AtomicU64; SLOTS],
+    /// Lowest GCI this node may stamp: above what a system restart of its group rolled back.
+    floor: AtomicU64,
 }
 
 /// A commit's GCI; the commit counts as in flight until this is dropped.
@@ -62,6 +64,7 @@ impl GciClock {
             held_since: Mutex::new(None),
             released: Notify::new(),
             in_flight: Default::default(),
+            floor: AtomicU64::new(0),
         }
     }
 
@@ -87,6 +90,12 @@ impl GciClock {
             if g == 0 {
                 return Err(ShoalError::new(ErrorCode::NodeNotReady, "node has not joined a global checkpoint yet"));
             }
+            if g < self.floor.load(SeqCst) {
+                return Err(ShoalError::new(
+                    ErrorCode::NodeNotReady,
+                    "waiting for a global checkpoint above the ones a system restart rolled back",
+                ));
+            }
             // Count first, then check the GCI did not move: a COMMIT that switched in between
             // either sees this count while it drains, or this commit retries with the new GCI.
             self.in_flight[g as usize % SLOTS].fetch_add(1, SeqCst);
@@ -105,6 +114,11 @@ impl GciClock {
             self.held.store(false, SeqCst);
             self.released.notify_waiters();
         }
+    }
+
+    /// Raises the lowest GCI this node may stamp.
+    pub fn raise_floor(&self, floor: u64) {
+        self.floor.fetch_max(floor, SeqCst);
     }
 
     pub fn prepare(&self) {

@@ -327,6 +327,9 @@ impl Node {
         if me.as_ref().is_none_or(|m| m.state == NodeState::Down) {
             self.drop_lease();
         }
+        if let Some(m) = &me {
+            self.durability.clock.raise_floor(new.gci_floor(m.node_group));
+        }
         if me.as_ref().is_some_and(|m| m.state == NodeState::Up) {
             // Restored replicas of tables dropped meanwhile will never be claimed.
             self.durability.forget_restored();

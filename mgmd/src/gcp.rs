@@ -56,7 +56,9 @@ pub async fn gcp_loop(leader: Arc<Leader>, mut shutdown: watch::Receiver<bool>) 
         if cluster.nodes.is_empty() {
             continue; // not bootstrapped
         }
-        next = next.max(cluster.gci_complete + MAX_STAMPED_PAST_COMPLETE);
+        // Above any range a system restart rolled back: nodes of that group stamp nothing below.
+        let floor = cluster.rolled_back.iter().map(|r| r.through + 1).max().unwrap_or(0);
+        next = next.max(cluster.gci_complete + MAX_STAMPED_PAST_COMPLETE).max(floor);
         let mut parts = vec![];
         for n in cluster
             .nodes

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use shoal_proto::config::ClusterConfig;
 use shoal_proto::{
     ClusterState, Epoch, ErrorCode, Node, NodeId, NodeKind, NodeState, PartitionAssignment, PartitionId, Replica,
-    ShoalError, Table, TableSpec,
+    RolledBack, ShoalError, Table, TableSpec,
 };
 
 /// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
@@ -303,6 +303,15 @@ impl Model {
 
     fn join(&mut self, nodes: Vec<JoinInfo>) -> CommandResult {
         self.config()?;
+        // Groups that ran before: a start of theirs from disk may roll commits back. (A group
+        // whose nodes never joined has stamped nothing.)
+        let restarted_groups: std::collections::HashSet<u32> = self
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::DataNode && n.incarnation != 0)
+            .map(|n| n.node_group)
+            .collect();
         for j in &nodes {
             let node = self.node_mut(j.id)?;
             if node.state != NodeState::Down && node.incarnation != j.incarnation {
@@ -326,15 +335,16 @@ impl Model {
                 // to copy from.
                 continue;
             }
-            if !live_group {
+            if !live_group && restarted_groups.contains(&group) {
                 // The group restarts from its files at the node's restorable GCI. Whatever its
-                // nodes stamped after that (at most three GCIs past the last complete one, see
+                // nodes stamped after that (at most a few GCIs past the last complete one, see
                 // gcp.rs) is gone: record it, so a `sync` writer waiting for such a GCI learns
-                // its write was lost instead of seeing a later checkpoint complete.
-                let restored = self.cluster.node(j.id).map_or(0, |n| n.restorable_gci);
+                // its write was lost, and the group's nodes stamp only above the range.
+                let after = self.cluster.node(j.id).map_or(0, |n| n.restorable_gci);
                 let through = self.cluster.gci_complete + crate::gcp::MAX_STAMPED_PAST_COMPLETE;
-                if through > restored && self.cluster.rolled_back.last() != Some(&(restored, through)) {
-                    self.cluster.rolled_back.push((restored, through));
+                let range = RolledBack { node_group: group, after, through };
+                if self.cluster.rolled_back.last() != Some(&range) {
+                    self.cluster.rolled_back.push(range);
                     let excess = self.cluster.rolled_back.len().saturating_sub(MAX_ROLLED_BACK);
                     self.cluster.rolled_back.drain(..excess);
                 }
@@ -599,6 +609,7 @@ mod tests {
     #[test]
     fn system_restart_starts_a_group_only_from_its_newest_files() {
         let mut m = started(1, 2);
+        assert!(m.cluster.rolled_back.is_empty(), "a first start rolls nothing back");
         m.apply(Command::GciComplete { gci: 10, restorable: vec![11, 12] }).unwrap();
         m.apply(Command::Down { id: 11, incarnation: 1, reason: "crash".into() }).unwrap();
         // Node 12 carries on alone: only its files hold checkpoint 20.
@@ -620,9 +631,10 @@ mod tests {
         m.apply(Command::Join { nodes: vec![j12] }).unwrap();
         assert_eq!(m.cluster.node(12).unwrap().state, NodeState::Up);
         assert!(m.cluster.partitions.iter().all(|p| p.primary == Some(12)));
-        assert!(m.cluster.gci_durable(20));
-        assert!(!m.cluster.gci_durable(21));
-        assert_eq!(m.cluster.rolled_back.last(), Some(&(20, 23)));
+        assert!(m.cluster.gci_durable(20, 0));
+        assert!(!m.cluster.gci_durable(21, 0));
+        assert_eq!(m.cluster.rolled_back.last(), Some(&RolledBack { node_group: 0, after: 20, through: 23 }));
+        assert_eq!(m.cluster.gci_floor(0), 24);
         // Node 11 then joins the live group and copies.
         m.apply(Command::Join { nodes: vec![j11] }).unwrap();
         assert_eq!(m.cluster.node(11).unwrap().state, NodeState::Starting);

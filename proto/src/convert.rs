@@ -226,7 +226,11 @@ impl From<&ClusterState> for pb::ClusterState {
                 .collect(),
             leader_id: s.leader_id,
             gci_complete: s.gci_complete,
-            rolled_back: s.rolled_back.iter().map(|&(after, through)| pb::GciRange { after, through }).collect(),
+            rolled_back: s
+                .rolled_back
+                .iter()
+                .map(|r| pb::GciRange { after: r.after, through: r.through, node_group: r.node_group })
+                .collect(),
         }
     }
 }
@@ -286,7 +290,11 @@ impl TryFrom<pb::ClusterState> for ClusterState {
             partitions,
             leader_id: s.leader_id,
             gci_complete: s.gci_complete,
-            rolled_back: s.rolled_back.into_iter().map(|r| (r.after, r.through)).collect(),
+            rolled_back: s
+                .rolled_back
+                .into_iter()
+                .map(|r| crate::types::RolledBack { node_group: r.node_group, after: r.after, through: r.through })
+                .collect(),
         })
     }
 }

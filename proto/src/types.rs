@@ -363,17 +363,32 @@ pub struct ClusterState {
     /// The newest complete global checkpoint (DESIGN §2). Advances without changing `epoch`.
     #[serde(default)]
     pub gci_complete: u64,
-    /// GCI ranges (after, through] that system restarts rolled back, newest last (bounded):
-    /// a GCI number below `gci_complete` is durable only if it is in none of them.
+    /// GCI ranges that system restarts of node groups rolled back, newest last (bounded): a
+    /// GCI below `gci_complete` is durable for a group only if it is in none of its ranges.
     #[serde(default)]
-    pub rolled_back: Vec<(u64, u64)>,
+    pub rolled_back: Vec<RolledBack>,
+}
+
+/// Commits of `node_group` stamped with a GCI in (after, through] were rolled back by a
+/// system restart of the group: they never became part of a complete global checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolledBack {
+    pub node_group: u32,
+    pub after: u64,
+    pub through: u64,
 }
 
 impl ClusterState {
-    /// Whether commits stamped `gci` are on disk for good: the checkpoint completed and no
-    /// system restart rolled it back.
-    pub fn gci_durable(&self, gci: u64) -> bool {
-        gci <= self.gci_complete && !self.rolled_back.iter().any(|&(after, through)| gci > after && gci <= through)
+    /// Whether commits of `node_group` stamped `gci` are on disk for good: the checkpoint
+    /// completed and no system restart of the group rolled it back.
+    pub fn gci_durable(&self, gci: u64, node_group: u32) -> bool {
+        gci <= self.gci_complete
+            && !self.rolled_back.iter().any(|r| r.node_group == node_group && gci > r.after && gci <= r.through)
+    }
+
+    /// The lowest GCI the nodes of `node_group` may stamp: above every rolled-back range.
+    pub fn gci_floor(&self, node_group: u32) -> u64 {
+        self.rolled_back.iter().filter(|r| r.node_group == node_group).map(|r| r.through + 1).max().unwrap_or(0)
     }
 
     pub fn node(&self, id: NodeId) -> Option<&Node> {

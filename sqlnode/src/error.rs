@@ -44,6 +44,7 @@ pub mod code {
     pub const NO_SUCH_TABLE: u16 = 1146;
     pub const NET_PACKET_TOO_LARGE: u16 = 1153;
     pub const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+    pub const WRONG_VALUE_FOR_VAR: u16 = 1231;
     pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
     pub const WRONG_ARGUMENTS: u16 = 1210;
     pub const NOT_SUPPORTED_YET: u16 = 1235;

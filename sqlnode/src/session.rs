@@ -99,6 +99,8 @@ pub struct Prepared {
 
 pub struct Session {
     pub shared: Arc<Shared>,
+    /// The cluster connection at this session's durability (`SET shoal_durability`).
+    client: Client,
     pub db: Option<String>,
     pub user: String,
     pub connection_id: u32,
@@ -157,6 +159,7 @@ impl Session {
     pub fn new(shared: Arc<Shared>, user: String, client_found_rows: bool) -> Session {
         let connection_id = shared.next_connection_id();
         Session {
+            client: shared.client.clone(),
             shared,
             db: None,
             user,
@@ -174,7 +177,7 @@ impl Session {
     }
 
     pub fn client(&self) -> &Client {
-        &self.shared.client
+        &self.client
     }
 
     pub fn env(&self) -> Env {
@@ -342,6 +345,22 @@ impl Session {
             Admin::Empty => Err(SqlError::new(code::PARSE, "Query was empty")),
             Admin::Set(vars) => {
                 for (name, value) in vars {
+                    if name == "shoal_durability" {
+                        // When writes are acknowledged: in memory on every replica (default), or
+                        // on disk everywhere, once their global checkpoint completes ('sync').
+                        let v = value.trim_matches(|c| c == '\'' || c == '"').to_ascii_lowercase();
+                        let d = match v.as_str() {
+                            "sync" => shoal_client::Durability::Sync,
+                            "memory" | "default" => shoal_client::Durability::Memory,
+                            _ => {
+                                return Err(SqlError::new(
+                                    code::WRONG_VALUE_FOR_VAR,
+                                    format!("Variable 'shoal_durability' can't be set to the value of '{v}'"),
+                                ))
+                            }
+                        };
+                        self.client = self.shared.client.with_durability(d);
+                    }
                     if name == "autocommit" {
                         let v = value.trim_matches('\'').to_ascii_lowercase();
                         self.autocommit = !matches!(v.as_str(), "0" | "off" | "false");
