@@ -188,6 +188,15 @@ async fn restarted_node_catches_up_and_then_carries_the_data_alone() {
     assert!(history.acked.len() > 100, "the load did run");
 }
 
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() { dir_bytes(&e.path()) } else { m.len() };
+    }
+    total
+}
+
 /// Flips a byte in the middle of `path`.
 fn flip_byte(path: &std::path::Path, at_fraction: f64) {
     let mut b = std::fs::read(path).unwrap();
@@ -222,6 +231,13 @@ async fn damaged_checkpoint_and_redo_are_refused_never_half_loaded() {
     cluster.wait_status("the load is durable", Duration::from_secs(30), |s| s["gci_complete"].as_u64() >= Some(newest));
     let node11 = cluster.dir.join("datanode-11");
     assert!(newest_checkpoint_file(&node11).is_some(), "no local checkpoint was written");
+    // Disk use stays bounded: old checkpoints and the redo they cover are deleted (about 30 MB
+    // were written through a 1 MB checkpoint trigger).
+    let checkpoints = std::fs::read_dir(node11.join("lcp")).unwrap().count();
+    let redo_bytes = dir_bytes(&node11.join("redo"));
+    eprintln!("node 11 keeps {checkpoints} checkpoints and {} KB of redo", redo_bytes >> 10);
+    assert!(checkpoints <= 4, "{checkpoints} checkpoints kept");
+    assert!(redo_bytes < 12 << 20, "{redo_bytes} bytes of redo kept");
     drop(client);
     let dir = cluster.dir.clone();
     cluster.crash_all_and_restart_with(|| {
