@@ -444,7 +444,7 @@ impl Session {
 
     // ----- INSERT / REPLACE -----
 
-    pub async fn insert(&mut self, ins: &ast::Insert) -> SqlResult<Outcome> {
+    pub async fn insert(&mut self, ins: &ast::Insert, sql: &str) -> SqlResult<Outcome> {
         let ast::TableObject::TableName(name) = &ins.table else {
             return Err(SqlError::not_supported("INSERT into a table function"));
         };
@@ -503,7 +503,20 @@ impl Session {
                     }
                     rows
                 }
-                _ => return Err(SqlError::not_supported("INSERT ... SELECT")),
+                _ => {
+                    // INSERT ... SELECT: the query runs first, to completion (bounded like any
+                    // result), then its rows are inserted as a VALUES list would be.
+                    let Outcome::Rows(rs) = Box::pin(self.select(src, sql)).await? else {
+                        return Err(SqlError::internal("INSERT ... SELECT: the query gave no rows"));
+                    };
+                    if rs.columns.len() != targets.len() {
+                        return Err(SqlError::new(
+                            code::WRONG_VALUE_COUNT_ON_ROW,
+                            "Column count doesn't match value count at row 1",
+                        ));
+                    }
+                    rs.rows.into_iter().map(|r| r.into_iter().map(Some).collect()).collect()
+                }
             }
         };
         if value_rows.len() > MAX_BUFFERED_ROWS {

@@ -276,7 +276,7 @@ impl Session {
         match stmt {
             Statement::Query(q) => self.select(&q, sql).await,
             Statement::Insert(ins) => {
-                let out = self.insert(&ins).await;
+                let out = self.insert(&ins, sql).await;
                 self.note_write();
                 out
             }
