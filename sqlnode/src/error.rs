@@ -27,12 +27,14 @@ pub mod code {
     pub const BAD_DB: u16 = 1049;
     pub const TABLE_EXISTS: u16 = 1050;
     pub const BAD_TABLE: u16 = 1051;
+    pub const NON_UNIQ_ERROR: u16 = 1052;
     pub const BAD_FIELD: u16 = 1054;
     pub const TOO_LONG_IDENT: u16 = 1059;
     pub const DUP_FIELDNAME: u16 = 1060;
     pub const DUP_ENTRY: u16 = 1062;
     pub const PARSE: u16 = 1064;
     pub const INVALID_DEFAULT: u16 = 1067;
+    pub const NONUNIQ_TABLE: u16 = 1066;
     pub const MULTIPLE_PRI_KEY: u16 = 1068;
     pub const WRONG_AUTO_KEY: u16 = 1075;
     pub const UNKNOWN: u16 = 1105;
@@ -41,6 +43,7 @@ pub mod code {
     pub const RECORD_FILE_FULL: u16 = 1114;
     pub const TOO_BIG_ROWSIZE: u16 = 1118;
     pub const WRONG_VALUE_COUNT_ON_ROW: u16 = 1136;
+    pub const WRONG_NUMBER_OF_COLUMNS_IN_SELECT: u16 = 1222;
     pub const NO_SUCH_TABLE: u16 = 1146;
     pub const NET_PACKET_TOO_LARGE: u16 = 1153;
     pub const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
@@ -49,11 +52,15 @@ pub mod code {
     pub const WRONG_ARGUMENTS: u16 = 1210;
     pub const NOT_SUPPORTED_YET: u16 = 1235;
     pub const OPERAND_COLUMNS: u16 = 1241;
+    pub const SUBQUERY_NO_1_ROW: u16 = 1242;
+    pub const DERIVED_MUST_HAVE_ALIAS: u16 = 1248;
     pub const UNKNOWN_STMT_HANDLER: u16 = 1243;
     pub const WARN_DATA_OUT_OF_RANGE: u16 = 1264;
     pub const TRUNCATED_WRONG_VALUE: u16 = 1292;
     pub const GET_ERRMSG: u16 = 1296;
     pub const SP_DOES_NOT_EXIST: u16 = 1305;
+    pub const WRONG_OBJECT: u16 = 1347;
+    pub const VIEW_WRONG_LIST: u16 = 1353;
     pub const NO_DEFAULT_FOR_FIELD: u16 = 1364;
     pub const TRUNCATED_WRONG_VALUE_FOR_FIELD: u16 = 1366;
     pub const DATA_TOO_LONG: u16 = 1406;
@@ -67,7 +74,7 @@ fn state_of(code: u16) -> &'static str {
         ACCESS_DENIED => "28000",
         NO_DB => "3D000",
         UNKNOWN_COM | NET_PACKET_TOO_LARGE | TOO_MANY_CONNECTIONS => "08004",
-        BAD_NULL | DUP_ENTRY => "23000",
+        BAD_NULL | DUP_ENTRY | NON_UNIQ_ERROR => "23000",
         BAD_DB
         | PARSE
         | NOT_SUPPORTED_YET
@@ -76,13 +83,15 @@ fn state_of(code: u16) -> &'static str {
         | MULTIPLE_PRI_KEY
         | WRONG_AUTO_KEY
         | SP_DOES_NOT_EXIST
-        | WRONG_PARAMCOUNT_TO_NATIVE_FCT => "42000",
+        | WRONG_PARAMCOUNT_TO_NATIVE_FCT
+        | NONUNIQ_TABLE
+        | DERIVED_MUST_HAVE_ALIAS => "42000",
         TABLE_EXISTS => "42S01",
         BAD_TABLE | NO_SUCH_TABLE => "42S02",
         BAD_FIELD => "42S22",
         DUP_FIELDNAME => "42S21",
         WRONG_VALUE_COUNT_ON_ROW => "21S01",
-        OPERAND_COLUMNS => "21000",
+        OPERAND_COLUMNS | SUBQUERY_NO_1_ROW | WRONG_NUMBER_OF_COLUMNS_IN_SELECT => "21000",
         WARN_DATA_OUT_OF_RANGE | DATA_OUT_OF_RANGE => "22003",
         TRUNCATED_WRONG_VALUE => "22007",
         DATA_TOO_LONG => "22001",

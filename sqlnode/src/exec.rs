@@ -1,10 +1,11 @@
-//! Queries and DML over the cluster: SELECT (projection, WHERE, GROUP BY with aggregates,
-//! HAVING, DISTINCT, ORDER BY, LIMIT), INSERT/REPLACE, UPDATE and DELETE.
+//! Queries and DML over the cluster: SELECT, INSERT/REPLACE (VALUES or SELECT), UPDATE and
+//! DELETE.
 //!
-//! Rows come from the access path [`crate::sql::plan`] picks; the whole WHERE clause is then
-//! evaluated here on every row. Sorting, grouping and DISTINCT run in the SQL node within
-//! named bounds (`MAX_BUFFERED_ROWS`, `MAX_GROUPS`); passing one is a clear error, not an
-//! unbounded allocation.
+//! A query is planned against the catalog ([`crate::sql::query`]), then its tables are read —
+//! each through the access path [`crate::sql::plan`] picks for its pushed-down conditions —
+//! and the plan runs in the SQL node ([`crate::sql::select`]). A SELECT over one base table
+//! streams that table's rows into the pipeline as they arrive (LIMIT stops the scan early);
+//! tables of joins, subqueries and derived tables are read first, within `MAX_BUFFERED_ROWS`.
 //!
 //! Writes are per-row atomic in the cluster. Until cluster transactions land, a multi-row
 //! INSERT that fails part-way deletes the rows it had inserted before reporting the error
@@ -17,37 +18,28 @@
 //! key — and on such a collision the node rescans and retries the statement (bounded), so values
 //! are unique cluster-wide, increasing per SQL node, and not gap-free.
 
-use std::cmp::Ordering;
-use std::collections::HashMap;
-
 use shoal_client::KeyOp;
 use shoal_proto::{ErrorCode, ShoalError, Value};
-use sqlparser::ast::{self, SelectItem, Spanned};
+use sqlparser::ast;
 use tokio_stream::StreamExt;
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::session::{object_parts, ColumnMeta, Outcome, ResultSet, Session};
+use crate::session::{object_parts, Outcome, ResultSet, Session};
 use crate::sql::bind::{Binder, TableRef};
-use crate::sql::expr::{Acc, AggSpec, Expr};
+use crate::sql::expr::Expr;
 use crate::sql::plan::{self, Access};
-use crate::types::{SqlType, WireType};
-use crate::val::{sort_cmp, Val};
+use crate::sql::query::{const_count, Body, Catalog, Entry, From, Planner, QueryPlan};
+use crate::sql::select::{too_many, SelectRun};
+pub use crate::sql::select::{MAX_BUFFERED_ROWS, MAX_GROUPS};
+use crate::types::SqlType;
+use crate::val::Val;
 
-/// Most rows a statement holds in the SQL node at once (results, sort buffers, keys to write).
-pub const MAX_BUFFERED_ROWS: usize = 1_000_000;
-/// Most groups of one GROUP BY.
-pub const MAX_GROUPS: usize = 100_000;
+/// Most distinct tables and views one statement names.
+pub const MAX_NAMES_PER_STATEMENT: usize = 64;
 /// Key operations sent to the cluster per batch.
 pub const WRITE_BATCH: usize = 1000;
 /// Attempts of an INSERT whose AUTO_INCREMENT values collided with another SQL node's.
 const AUTOINC_ATTEMPTS: usize = 5;
-
-fn too_many(what: &str, n: usize) -> SqlError {
-    SqlError::new(
-        code::OUT_OF_SORTMEMORY,
-        format!("Out of sort memory: the statement needs more than {n} {what} in the SQL node; add a WHERE or LIMIT"),
-    )
-}
 
 fn cluster_err(e: &ShoalError, t: &TableRef) -> SqlError {
     match e.code {
@@ -68,60 +60,6 @@ fn dup_entry(t: &TableRef, row: &[Value]) -> SqlError {
         })
         .collect();
     SqlError::new(code::DUP_ENTRY, format!("Duplicate entry '{}' for key '{}.PRIMARY'", key.join("-"), t.name))
-}
-
-/// The text of an expression as the query wrote it (MySQL's column name for it).
-pub fn source_text(sql: &str, e: &ast::Expr) -> String {
-    if let ast::Expr::Value(v) = e {
-        if let ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) = &v.value {
-            return s.clone();
-        }
-    }
-    let span = e.span();
-    let (s, en) = (span.start, span.end);
-    if s.line == 0 || en.line == 0 {
-        return e.to_string();
-    }
-    let offset = |line: u64, col: u64| -> Option<usize> {
-        let mut off = 0usize;
-        for (i, l) in sql.split_inclusive('\n').enumerate() {
-            if i as u64 + 1 == line {
-                let chars: usize = l.chars().take(col.saturating_sub(1) as usize).map(char::len_utf8).sum();
-                return Some(off + chars);
-            }
-            off += l.len();
-        }
-        None
-    };
-    match (offset(s.line, s.column), offset(en.line, en.column)) {
-        (Some(a), Some(b)) if a < b && b <= sql.len() => {
-            let text = sql[a..b].trim();
-            // Spans of calls end before their closing parenthesis: fall back to the
-            // normalized text when the slice is not a whole expression.
-            let balanced = text.matches('(').count() == text.matches(')').count();
-            if balanced && !matches!(e, ast::Expr::Function(_)) {
-                text.to_string()
-            } else {
-                e.to_string()
-            }
-        }
-        _ => e.to_string(),
-    }
-}
-
-enum SortKey {
-    Out(usize),
-    Expr(Expr),
-}
-
-/// Evaluates a LIMIT/OFFSET expression.
-fn const_count(env: &crate::sql::bind::Env, e: &ast::Expr) -> SqlResult<u64> {
-    let v = Binder::new(env, None, "limit clause").bind(e)?.eval(&[], &[])?;
-    match v {
-        Val::Int(i) if i >= 0 => Ok(i as u64),
-        Val::UInt(u) => Ok(u),
-        _ => Err(SqlError::parse("LIMIT and OFFSET take non-negative integers")),
-    }
 }
 
 impl Session {
@@ -174,272 +112,98 @@ impl Session {
 
     // ----- SELECT -----
 
-    pub async fn select(&mut self, q: &ast::Query, sql: &str) -> SqlResult<Outcome> {
-        if q.with.is_some() {
-            return Err(SqlError::not_supported("WITH"));
-        }
-        if !q.locks.is_empty() {
-            return Err(SqlError::not_supported("SELECT ... FOR UPDATE / FOR SHARE (no transactions yet)"));
-        }
-        if q.fetch.is_some() || q.for_clause.is_some() {
-            return Err(SqlError::not_supported("FETCH / FOR clauses"));
-        }
-        let s = match q.body.as_ref() {
-            ast::SetExpr::Select(s) => s,
-            ast::SetExpr::SetOperation { .. } => return Err(SqlError::not_supported("UNION / INTERSECT / EXCEPT")),
-            ast::SetExpr::Query(_) => return Err(SqlError::not_supported("nested query expressions")),
-            _ => return Err(SqlError::not_supported("this query form")),
-        };
-        if s.into.is_some() {
-            return Err(SqlError::not_supported("SELECT ... INTO"));
-        }
-        let table = match s.from.as_slice() {
-            [] => None,
-            [twj] => {
-                if !twj.joins.is_empty() {
-                    return Err(SqlError::not_supported("joins"));
-                }
-                let (parts, alias) = self.table_of(&twj.relation)?;
-                let mut t = self.resolve(&parts).await?;
-                t.alias = alias;
-                Some(t)
-            }
-            _ => return Err(SqlError::not_supported("joins")),
-        };
+    /// Plans with a catalog snapshot that grows as the planner asks for names (see
+    /// [`crate::sql::query`]): each round looks up the one name the planner missed.
+    pub async fn plan<T>(&self, f: impl Fn(&Planner<'_>) -> SqlResult<T>) -> SqlResult<T> {
         let env = self.env();
-        let t = table.as_ref();
-        let col_wire: Vec<WireType> = t.map(|t| t.types.iter().map(|ty| ty.wire()).collect()).unwrap_or_default();
-
-        // Projection.
-        let mut b = Binder::new(&env, t, "field list");
-        b.allow_aggs = true;
-        let mut outputs: Vec<Expr> = vec![];
-        let mut metas: Vec<ColumnMeta> = vec![];
-        let mut aliases: Vec<(String, Expr)> = vec![];
-        let col_meta = |t: &TableRef, i: usize, name: &str| {
-            let c = &t.table.columns()[i];
-            ColumnMeta {
-                name: name.to_string(),
-                org_name: c.name.clone(),
-                table: t.alias.clone().unwrap_or_else(|| t.name.clone()),
-                org_table: t.name.clone(),
-                db: t.db.clone(),
-                ty: Some(t.types[i].wire()),
-                not_null: !c.nullable,
-                primary_key: !t.table.hidden_pk && t.table.spec.primary_key.contains(&(i as u32)),
-                auto_increment: c.auto_increment,
-            }
-        };
-        let item_texts = crate::sql::parse::select_item_texts(sql).filter(|t| t.len() == s.projection.len());
-        for (n, item) in s.projection.iter().enumerate() {
-            match item {
-                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                    let Some(t) = t else { return Err(SqlError::new(code::NO_DB, "No tables used")) };
-                    for i in 0..t.visible() {
-                        outputs.push(Expr::Col(i));
-                        metas.push(col_meta(t, i, t.col_name(i)));
-                    }
+        let mut catalog = Catalog::new(self.db.clone());
+        loop {
+            let planner = Planner::new(&env, &catalog);
+            let r = f(&planner);
+            let wanted = planner.wanted.borrow_mut().take();
+            match (r, wanted) {
+                (Err(_), Some((db, name))) if catalog.len() < MAX_NAMES_PER_STATEMENT => {
+                    let entry = self.lookup_name(&db, &name).await?;
+                    catalog.insert(&db, &name, entry);
                 }
-                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                    let bound = b.bind(e)?;
-                    let name = match item {
-                        SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
-                        _ => match e {
-                            ast::Expr::Identifier(i) if !i.value.starts_with("@@") => i.value.clone(),
-                            ast::Expr::CompoundIdentifier(p) if !p[0].value.starts_with("@@") => {
-                                p.last().map(|i| i.value.clone()).unwrap_or_default()
-                            }
-                            ast::Expr::Value(_) => source_text(sql, e),
-                            _ => match &item_texts {
-                                Some(t) => t[n].clone(),
-                                None => source_text(sql, e),
-                            },
-                        },
-                    };
-                    let meta = match (&bound, t) {
-                        (Expr::Col(i), Some(t)) => col_meta(t, *i, &name),
-                        _ => ColumnMeta::named(&name, None),
-                    };
-                    if let SelectItem::ExprWithAlias { alias, .. } = item {
-                        aliases.push((alias.value.clone(), bound.clone()));
-                    }
-                    metas.push(meta);
-                    outputs.push(bound);
+                (Err(_), Some(_)) => {
+                    return Err(SqlError::not_supported(format!(
+                        "statements naming more than {MAX_NAMES_PER_STATEMENT} tables and views"
+                    )))
                 }
-                other => return Err(SqlError::not_supported(format!("select item {other}"))),
+                (r, _) => return r,
             }
         }
-        let mut aggs = std::mem::take(&mut b.aggs);
-
-        // WHERE (no aggregates).
-        let filter = match &s.selection {
-            Some(e) => Some(Binder::new(&env, t, "where clause").bind(e)?),
-            None => None,
-        };
-
-        // GROUP BY: expressions, output ordinals or aliases.
-        let mut group_exprs = vec![];
-        match &s.group_by {
-            ast::GroupByExpr::Expressions(exprs, mods) if mods.is_empty() => {
-                for e in exprs {
-                    group_exprs.push(self.order_or_group_expr(
-                        e,
-                        &env,
-                        t,
-                        &outputs,
-                        &aliases,
-                        "group statement",
-                        &mut aggs,
-                        false,
-                    )?);
-                }
-            }
-            _ => return Err(SqlError::not_supported("GROUP BY ALL / WITH ROLLUP")),
-        }
-        let group_exprs: Vec<Expr> = group_exprs
-            .into_iter()
-            .map(|k| match k {
-                SortKey::Out(i) => outputs[i].clone(),
-                SortKey::Expr(e) => e,
-            })
-            .collect();
-
-        // HAVING and ORDER BY may use aggregates and aliases.
-        let having = match &s.having {
-            Some(e) => {
-                let mut hb = Binder::new(&env, t, "having clause");
-                hb.allow_aggs = true;
-                hb.aggs = std::mem::take(&mut aggs);
-                let r = bind_with_aliases(&mut hb, e, &aliases);
-                aggs = std::mem::take(&mut hb.aggs);
-                Some(r?)
-            }
-            None => None,
-        };
-        let mut order: Vec<(SortKey, bool)> = vec![];
-        if let Some(ob) = &q.order_by {
-            match &ob.kind {
-                ast::OrderByKind::Expressions(items) => {
-                    for it in items {
-                        let key = self.order_or_group_expr(
-                            &it.expr,
-                            &env,
-                            t,
-                            &outputs,
-                            &aliases,
-                            "order clause",
-                            &mut aggs,
-                            true,
-                        )?;
-                        order.push((key, !matches!(it.options.sort, Some(ast::OrderBySort::Desc))));
-                    }
-                }
-                ast::OrderByKind::All(_) => return Err(SqlError::not_supported("ORDER BY ALL")),
-            }
-        }
-        let (limit, offset) = match &q.limit_clause {
-            None => (None, 0),
-            Some(ast::LimitClause::LimitOffset { limit, offset, limit_by }) => {
-                if !limit_by.is_empty() {
-                    return Err(SqlError::not_supported("LIMIT BY"));
-                }
-                let l = match limit {
-                    Some(e) => Some(const_count(&env, e)?),
-                    None => None,
-                };
-                let o = match offset {
-                    Some(o) => const_count(&env, &o.value)?,
-                    None => 0,
-                };
-                (l, o)
-            }
-            Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
-                (Some(const_count(&env, limit)?), const_count(&env, offset)?)
-            }
-        };
-        let distinct = match &s.distinct {
-            None | Some(ast::Distinct::All) => false,
-            Some(ast::Distinct::Distinct) => true,
-            Some(ast::Distinct::On(_)) => return Err(SqlError::not_supported("DISTINCT ON")),
-        };
-        let grouped = !group_exprs.is_empty() || !aggs.is_empty();
-        if !grouped && having.is_some() {
-            // MySQL allows HAVING without GROUP BY as a late WHERE; so do we.
-        }
-
-        // Run.
-        let mut run = SelectRun {
-            filter,
-            outputs,
-            order,
-            grouped,
-            group_exprs,
-            aggs,
-            having,
-            distinct,
-            limit,
-            offset,
-            buffer: vec![],
-            groups: HashMap::new(),
-            group_rows: vec![],
-            width: t.map_or(0, |t| t.table.columns().len()),
-        };
-        match t {
-            None => {
-                run.feed(vec![])?;
-            }
-            Some(t) => {
-                let access = plan::choose(t, run.filter.as_ref());
-                self.for_each_row(t, &access, |_, row| run.feed(row)).await?;
-            }
-        }
-        let rows = run.finish()?;
-        self.found_rows = rows.len() as u64;
-        // Column types the binder could infer.
-        for (m, e) in metas.iter_mut().zip(&run.outputs) {
-            if m.ty.is_none() {
-                m.ty = e.wire_type(&col_wire, &run.aggs);
-            }
-        }
-        Ok(Outcome::Rows(ResultSet { columns: metas, rows }))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn order_or_group_expr(
-        &self,
-        e: &ast::Expr,
-        env: &crate::sql::bind::Env,
-        t: Option<&TableRef>,
-        outputs: &[Expr],
-        aliases: &[(String, Expr)],
-        place: &'static str,
-        aggs: &mut Vec<AggSpec>,
-        allow_aggs: bool,
-    ) -> SqlResult<SortKey> {
-        if let ast::Expr::Value(v) = e {
-            if let ast::Value::Number(n, _) = &v.value {
-                let i: usize = n.to_string().parse().unwrap_or(0);
-                if i == 0 || i > outputs.len() {
-                    return Err(SqlError::bad_field(&n.to_string(), place));
+    /// What `db.name` is: a table, a view, or nothing.
+    pub async fn lookup_name(&self, db: &str, name: &str) -> SqlResult<Entry> {
+        match self.resolve(&[db.to_string(), name.to_string()]).await {
+            Ok(t) => Ok(Entry::Table(t)),
+            Err(e) if e.code == code::NO_SUCH_TABLE => match self.find_view(db, name).await? {
+                Some(v) => Ok(Entry::View(v)),
+                None => Ok(Entry::Missing),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads every table the plan needs that is not streamed (`skip`), each through the access
+    /// path its pushed-down conditions allow.
+    pub async fn read_tables(&self, plan: &QueryPlan, skip: Option<&crate::sql::query::Scan>) -> SqlResult<()> {
+        let mut scans = vec![];
+        plan.scans(&mut scans);
+        let mut held = 0usize;
+        for scan in scans {
+            if skip.is_some_and(|s| std::ptr::eq(s, scan.as_ref())) || scan.rows.get().is_some() {
+                continue;
+            }
+            let t = &scan.table;
+            let access = plan::choose(t, scan.pushed.as_ref());
+            let width = t.visible();
+            let mut rows = vec![];
+            let mut over = false;
+            self.for_each_row(t, &access, |_, mut row| {
+                if held >= MAX_BUFFERED_ROWS {
+                    over = true;
+                    return Ok(false);
                 }
-                return Ok(SortKey::Out(i - 1));
+                row.truncate(width);
+                rows.push(row);
+                held += 1;
+                Ok(true)
+            })
+            .await?;
+            if over {
+                return Err(too_many("rows", MAX_BUFFERED_ROWS));
+            }
+            let _ = scan.rows.set(rows);
+        }
+        Ok(())
+    }
+
+    /// Reads what a plan needs and runs it.
+    pub async fn run_plan(&self, plan: &QueryPlan) -> SqlResult<Vec<Vec<Val>>> {
+        // A SELECT over one base table streams it through its access path.
+        if let Body::Select(sp) = &plan.body {
+            if let From::Scan(scan) = &sp.from {
+                self.read_tables(plan, Some(scan)).await?;
+                let access = plan::choose(&scan.table, sp.filter.as_ref());
+                let mut run = SelectRun::new(sp, None);
+                self.for_each_row(&scan.table, &access, |_, row| run.feed(row)).await?;
+                return run.finish();
             }
         }
-        if let ast::Expr::Identifier(id) = e {
-            if let Some(pos) = aliases.iter().position(|(a, _)| a.eq_ignore_ascii_case(&id.value)) {
-                // An alias names the output expression (MySQL prefers it over a column).
-                let bound = &aliases[pos].1;
-                if let Some(i) = outputs.iter().position(|o| o == bound) {
-                    return Ok(SortKey::Out(i));
-                }
-            }
-        }
-        let mut b = Binder::new(env, t, place);
-        b.allow_aggs = allow_aggs;
-        b.aggs = std::mem::take(aggs);
-        let r = bind_with_aliases(&mut b, e, aliases);
-        *aggs = std::mem::take(&mut b.aggs);
-        Ok(SortKey::Expr(r?))
+        self.read_tables(plan, None).await?;
+        crate::sql::select::run(plan, None)
+    }
+
+    pub async fn select(&mut self, q: &ast::Query, sql: &str) -> SqlResult<Outcome> {
+        let names = crate::sql::parse::select_item_texts(sql);
+        let plan = self.plan(|p| p.query(q, sql, &[], names.as_deref())).await?;
+        let rows = self.run_plan(&plan).await?;
+        self.found_rows = rows.len() as u64;
+        Ok(Outcome::Rows(ResultSet { columns: plan.columns, rows }))
     }
 
     // ----- INSERT / REPLACE -----
@@ -919,11 +683,6 @@ impl Session {
     }
 }
 
-fn bind_with_aliases(b: &mut Binder<'_>, e: &ast::Expr, aliases: &[(String, Expr)]) -> SqlResult<Expr> {
-    b.aliases = aliases.to_vec();
-    b.bind(e)
-}
-
 fn value_or_default(env: &crate::sql::bind::Env, e: &ast::Expr) -> SqlResult<Option<Val>> {
     if let ast::Expr::Identifier(id) = e {
         if id.quote_style.is_none() && id.value.eq_ignore_ascii_case("default") {
@@ -931,145 +690,4 @@ fn value_or_default(env: &crate::sql::bind::Env, e: &ast::Expr) -> SqlResult<Opt
         }
     }
     Ok(Some(Binder::new(env, None, "field list").bind(e)?.eval(&[], &[])?))
-}
-
-/// The SELECT pipeline's state: filtering, grouping, buffering for ORDER BY/DISTINCT, LIMIT.
-struct SelectRun {
-    filter: Option<Expr>,
-    outputs: Vec<Expr>,
-    order: Vec<(SortKey, bool)>,
-    grouped: bool,
-    group_exprs: Vec<Expr>,
-    aggs: Vec<AggSpec>,
-    having: Option<Expr>,
-    distinct: bool,
-    limit: Option<u64>,
-    offset: u64,
-    /// (sort keys, output row)
-    buffer: Vec<(Vec<Val>, Vec<Val>)>,
-    groups: HashMap<Vec<u8>, usize>,
-    /// (representative input row, accumulators)
-    group_rows: Vec<(Vec<Val>, Vec<Acc>)>,
-    width: usize,
-}
-
-impl SelectRun {
-    /// Takes one input row; false = enough rows, stop reading.
-    fn feed(&mut self, row: Vec<Val>) -> SqlResult<bool> {
-        if let Some(f) = &self.filter {
-            if f.eval(&row, &[])?.truth() != Some(true) {
-                return Ok(true);
-            }
-        }
-        if self.grouped {
-            let mut key = vec![];
-            for g in &self.group_exprs {
-                g.eval(&row, &[])?.group_key(&mut key);
-            }
-            let idx = match self.groups.get(&key) {
-                Some(&i) => i,
-                None => {
-                    if self.group_rows.len() >= MAX_GROUPS {
-                        return Err(too_many("groups", MAX_GROUPS));
-                    }
-                    let accs = self.aggs.iter().map(|a| Acc::new(a.kind)).collect();
-                    self.group_rows.push((row.clone(), accs));
-                    self.groups.insert(key, self.group_rows.len() - 1);
-                    self.group_rows.len() - 1
-                }
-            };
-            let (_, accs) = &mut self.group_rows[idx];
-            for (spec, acc) in self.aggs.iter().zip(accs.iter_mut()) {
-                let v = match &spec.arg {
-                    Some(e) => Some(e.eval(&row, &[])?),
-                    None => None,
-                };
-                acc.add(spec.kind, v)?;
-            }
-            return Ok(true);
-        }
-        self.emit(&row, &[])
-    }
-
-    /// Computes one output row from an input row (or group) and buffers it.
-    fn emit(&mut self, row: &[Val], aggs: &[Val]) -> SqlResult<bool> {
-        if let Some(h) = &self.having {
-            if h.eval(row, aggs)?.truth() != Some(true) {
-                return Ok(true);
-            }
-        }
-        let out = self.outputs.iter().map(|e| e.eval(row, aggs)).collect::<SqlResult<Vec<_>>>()?;
-        let keys = self
-            .order
-            .iter()
-            .map(|(k, _)| match k {
-                SortKey::Out(i) => Ok(out.get(*i).cloned().unwrap_or(Val::Null)),
-                SortKey::Expr(e) => e.eval(row, aggs),
-            })
-            .collect::<SqlResult<Vec<_>>>()?;
-        self.buffer.push((keys, out));
-        let wanted = self.limit.map(|l| l.saturating_add(self.offset) as usize);
-        if self.order.is_empty() && !self.distinct && !self.grouped {
-            if let Some(w) = wanted {
-                return Ok(self.buffer.len() < w);
-            }
-        }
-        if let (false, Some(w)) = (self.order.is_empty(), wanted) {
-            // Top-k: keep the buffer near the rows that can still be in the result.
-            if !self.distinct && self.buffer.len() > w.saturating_mul(2).max(1024) {
-                self.sort();
-                self.buffer.truncate(w);
-            }
-        }
-        if self.buffer.len() > MAX_BUFFERED_ROWS {
-            return Err(too_many("rows", MAX_BUFFERED_ROWS));
-        }
-        Ok(true)
-    }
-
-    fn sort(&mut self) {
-        let dirs: Vec<bool> = self.order.iter().map(|(_, asc)| *asc).collect();
-        self.buffer.sort_by(|(a, _), (b, _)| {
-            for ((x, y), asc) in a.iter().zip(b).zip(&dirs) {
-                let o = sort_cmp(x, y);
-                let o = if *asc { o } else { o.reverse() };
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-            Ordering::Equal
-        });
-    }
-
-    fn finish(&mut self) -> SqlResult<Vec<Vec<Val>>> {
-        if self.grouped {
-            if self.group_rows.is_empty() && self.group_exprs.is_empty() {
-                // Aggregates over no rows still give one row (COUNT(*) = 0).
-                let accs = self.aggs.iter().map(|a| Acc::new(a.kind)).collect();
-                self.group_rows.push((vec![Val::Null; self.width], accs));
-            }
-            let groups = std::mem::take(&mut self.group_rows);
-            for (rep, accs) in groups {
-                let vals: Vec<Val> = self.aggs.iter().zip(&accs).map(|(s, a)| a.finish(s.kind)).collect();
-                self.emit(&rep, &vals)?;
-            }
-        }
-        if self.distinct {
-            let mut seen = std::collections::HashSet::new();
-            self.buffer.retain(|(_, out)| {
-                let mut k = vec![];
-                for v in out {
-                    v.group_key(&mut k);
-                }
-                seen.insert(k)
-            });
-        }
-        if !self.order.is_empty() {
-            self.sort();
-        }
-        let rows = std::mem::take(&mut self.buffer);
-        let skip = self.offset.min(rows.len() as u64) as usize;
-        let take = self.limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize);
-        Ok(rows.into_iter().skip(skip).take(take).map(|(_, out)| out).collect())
-    }
 }

@@ -9,6 +9,7 @@ pub mod session;
 pub mod sql;
 pub mod types;
 pub mod val;
+pub mod view;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -294,6 +294,10 @@ impl Session {
             Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, temporary: false, .. } => {
                 self.drop_tables(&names, if_exists).await
             }
+            Statement::CreateView(cv) => self.create_view(&cv, sql).await,
+            Statement::Drop { object_type: ast::ObjectType::View, if_exists, names, .. } => {
+                self.drop_views(&names, if_exists).await
+            }
             Statement::Drop {
                 object_type: ast::ObjectType::Schema | ast::ObjectType::Database,
                 if_exists,
@@ -437,6 +441,7 @@ impl Session {
                         format!("Can't drop database '{name}'; database doesn't exist"),
                     ));
                 }
+                self.drop_views_in(&name).await?;
                 let tables = self.tables_in(&name);
                 for (_, t) in &tables {
                     self.client().drop_table(&t.spec.name, true).await.map_err(|e| SqlError::from_cluster(&e))?;
@@ -460,11 +465,14 @@ impl Session {
                     return Err(SqlError::bad_db(&db));
                 }
                 let title = format!("Tables_in_{db}");
-                let rows: Vec<Vec<String>> = self
-                    .tables_in(&db)
+                let mut named: Vec<(String, &str)> =
+                    self.tables_in(&db).into_iter().map(|(n, _)| (n, "BASE TABLE")).collect();
+                named.extend(self.views_in(&db).await?.into_iter().map(|v| (v.name, "VIEW")));
+                named.sort_by_key(|(n, _)| n.to_lowercase());
+                let rows: Vec<Vec<String>> = named
                     .into_iter()
                     .filter(|(n, _)| like_filter(&pat, n))
-                    .map(|(n, _)| if full { vec![n, "BASE TABLE".into()] } else { vec![n] })
+                    .map(|(n, kind)| if full { vec![n, kind.into()] } else { vec![n] })
                     .collect();
                 if full {
                     Ok(text_rows(&[&title, "Table_type"], rows))
@@ -636,6 +644,9 @@ impl Session {
         check_ident("table", &name)?;
         if !self.db_exists(&db) {
             return Err(SqlError::bad_db(&db));
+        }
+        if self.find_view(&db, &name).await?.is_some() {
+            return Err(SqlError::new(code::TABLE_EXISTS, format!("Table '{name}' already exists")));
         }
         let env = self.env();
         let mut columns: Vec<Column> = vec![];

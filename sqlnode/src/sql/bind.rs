@@ -1,5 +1,10 @@
-//! Binding: sqlparser expressions → [`Expr`] against one table (or none). Resolves column names
-//! to positions, session functions and `@@variables` to constants, and collects aggregates.
+//! Binding: sqlparser expressions → [`Expr`] against the relations of a FROM clause (a
+//! [`Scope`]; none for statements without tables). Resolves column names to positions in the
+//! combined row — or, in subqueries, to the rows of enclosing queries — session functions and
+//! `@@variables` to constants, and collects aggregates. Subqueries are planned through the
+//! [`Planner`], which knows the catalog.
+
+use std::borrow::Cow;
 
 use shoal_proto::Table;
 use sqlparser::ast::{
@@ -8,8 +13,10 @@ use sqlparser::ast::{
 };
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::sql::expr::{AggKind, AggSpec, CastTo, Cmp, Expr, Func};
-use crate::types::SqlType;
+use crate::session::ColumnMeta;
+use crate::sql::expr::{AggKind, AggSpec, CastTo, Cmp, Expr, Func, Sub, SubKind};
+use crate::sql::query::Planner;
+use crate::types::{SqlType, WireType};
 use crate::val::{ArithOp, Dec, Val};
 
 /// A table of the catalog as SQL sees it.
@@ -41,11 +48,111 @@ impl TableRef {
         &self.table.columns()[i].name
     }
 
-    fn matches_qualifier(&self, q: &str) -> bool {
-        match &self.alias {
-            Some(a) => a.eq_ignore_ascii_case(q),
-            None => self.name.eq_ignore_ascii_case(q),
+    /// Result metadata of column `i` under the name `name`.
+    pub fn column_meta(&self, i: usize, name: &str) -> ColumnMeta {
+        let c = &self.table.columns()[i];
+        ColumnMeta {
+            name: name.to_string(),
+            org_name: c.name.clone(),
+            table: self.alias.clone().unwrap_or_else(|| self.name.clone()),
+            org_table: self.name.clone(),
+            db: self.db.clone(),
+            ty: Some(self.types[i].wire()),
+            not_null: !c.nullable,
+            primary_key: !self.table.hidden_pk && self.table.spec.primary_key.contains(&(i as u32)),
+            auto_increment: c.auto_increment,
         }
+    }
+}
+
+/// One relation of a FROM clause as names see it.
+#[derive(Clone, Debug)]
+pub struct ScopeRel {
+    /// What qualifies its columns: the alias, else the table name.
+    pub qualifier: String,
+    /// `db.table.column` names base tables and views by database and name (not by alias).
+    pub db: Option<String>,
+    pub table: String,
+    /// Position of its first column in the combined row.
+    pub start: usize,
+    pub cols: Vec<ColumnMeta>,
+}
+
+/// The relations of one query's FROM clause, in row order.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    pub rels: Vec<ScopeRel>,
+}
+
+impl Scope {
+    pub fn of_table(t: &TableRef) -> Scope {
+        let mut s = Scope::default();
+        s.push_table(t);
+        s
+    }
+
+    /// Width of the combined row.
+    pub fn width(&self) -> usize {
+        self.rels.last().map_or(0, |r| r.start + r.cols.len())
+    }
+
+    pub fn push_table(&mut self, t: &TableRef) {
+        let cols = (0..t.visible()).map(|i| t.column_meta(i, t.col_name(i))).collect();
+        self.rels.push(ScopeRel {
+            qualifier: t.alias.clone().unwrap_or_else(|| t.name.clone()),
+            db: Some(t.db.clone()),
+            table: t.name.clone(),
+            start: self.width(),
+            cols,
+        });
+    }
+
+    pub fn push(&mut self, qualifier: &str, db: Option<String>, table: &str, cols: Vec<ColumnMeta>) {
+        self.rels.push(ScopeRel {
+            qualifier: qualifier.to_string(),
+            db,
+            table: table.to_string(),
+            start: self.width(),
+            cols,
+        });
+    }
+
+    pub fn meta(&self, i: usize) -> Option<&ColumnMeta> {
+        self.rels.iter().find(|r| i >= r.start && i < r.start + r.cols.len()).map(|r| &r.cols[i - r.start])
+    }
+
+    pub fn wire_types(&self) -> Vec<Option<WireType>> {
+        self.rels.iter().flat_map(|r| r.cols.iter().map(|c| c.ty)).collect()
+    }
+
+    /// The position of a column, None when no relation has it; an error when two do.
+    fn find(&self, qualifier: Option<&[ast::Ident]>, name: &str, full: &str, place: &str) -> SqlResult<Option<usize>> {
+        let mut hit = None;
+        for rel in &self.rels {
+            let named = match qualifier {
+                None => true,
+                Some([t]) => rel.qualifier.eq_ignore_ascii_case(&t.value),
+                Some([db, t]) => {
+                    rel.db.as_deref().is_some_and(|d| d.eq_ignore_ascii_case(&db.value))
+                        && rel.table.eq_ignore_ascii_case(&t.value)
+                        && rel.qualifier.eq_ignore_ascii_case(&rel.table)
+                }
+                Some(_) => false,
+            };
+            if !named {
+                continue;
+            }
+            if let Some(j) = rel.cols.iter().position(|c| c.name.eq_ignore_ascii_case(name)) {
+                if hit.is_some() {
+                    return Err(SqlError::new(
+                        code::NON_UNIQ_ERROR,
+                        format!("Column '{full}' in {place} is ambiguous"),
+                    ));
+                }
+                hit = Some(rel.start + j);
+            }
+        }
+        Ok(hit)
     }
 }
 
@@ -66,7 +173,11 @@ pub struct Env {
 
 pub struct Binder<'a> {
     pub env: &'a Env,
-    pub table: Option<&'a TableRef>,
+    scope: Cow<'a, Scope>,
+    /// Scopes of the enclosing queries, outermost first.
+    outer: &'a [&'a Scope],
+    /// Plans subqueries; None where they cannot appear (DEFAULT values, LIMIT).
+    planner: Option<&'a Planner<'a>>,
     pub aggs: Vec<AggSpec>,
     pub allow_aggs: bool,
     /// For error messages: 'field list', 'where clause', 'order clause', ...
@@ -135,32 +246,74 @@ fn func_arity(name: &str, n: usize, ok: bool) -> SqlResult<()> {
 }
 
 impl<'a> Binder<'a> {
-    pub fn new(env: &'a Env, table: Option<&'a TableRef>, place: &'static str) -> Binder<'a> {
-        Binder { env, table, aggs: vec![], allow_aggs: false, place, aliases: vec![] }
+    /// A binder over one table (or none), without subqueries.
+    pub fn new(env: &'a Env, table: Option<&TableRef>, place: &'static str) -> Binder<'a> {
+        let scope = table.map(Scope::of_table).unwrap_or_default();
+        Binder {
+            env,
+            scope: Cow::Owned(scope),
+            outer: &[],
+            planner: None,
+            aggs: vec![],
+            allow_aggs: false,
+            place,
+            aliases: vec![],
+        }
     }
 
+    /// A binder over a FROM clause's scope inside the given enclosing scopes.
+    pub fn scoped(
+        env: &'a Env,
+        scope: &'a Scope,
+        outer: &'a [&'a Scope],
+        planner: Option<&'a Planner<'a>>,
+        place: &'static str,
+    ) -> Binder<'a> {
+        Binder {
+            env,
+            scope: Cow::Borrowed(scope),
+            outer,
+            planner,
+            aggs: vec![],
+            allow_aggs: false,
+            place,
+            aliases: vec![],
+        }
+    }
+
+    /// Resolves a column name: this query's FROM clause first, then select-list aliases (HAVING,
+    /// ORDER BY), then the enclosing queries from the innermost out.
     fn column(&self, qualifier: Option<&[ast::Ident]>, name: &ast::Ident) -> SqlResult<Expr> {
         let full = match qualifier {
             Some(q) => format!("{}.{}", ident_name(q), name.value),
             None => name.value.clone(),
         };
-        if qualifier.is_none() && self.table.is_none_or(|t| t.column(&name.value).is_none()) {
+        if let Some(i) = self.scope.find(qualifier, &name.value, &full, self.place)? {
+            return Ok(Expr::Col(i));
+        }
+        if qualifier.is_none() {
             if let Some((_, e)) = self.aliases.iter().find(|(a, _)| a.eq_ignore_ascii_case(&name.value)) {
                 return Ok(e.clone());
             }
         }
-        let Some(t) = self.table else { return Err(SqlError::bad_field(&full, self.place)) };
-        if let Some(q) = qualifier {
-            let ok = match q {
-                [tbl] => t.matches_qualifier(&tbl.value),
-                [db, tbl] => db.value.eq_ignore_ascii_case(&t.db) && t.name.eq_ignore_ascii_case(&tbl.value),
-                _ => false,
-            };
-            if !ok {
-                return Err(SqlError::bad_field(&full, self.place));
+        for (n, s) in self.outer.iter().rev().enumerate() {
+            if let Some(i) = s.find(qualifier, &name.value, &full, self.place)? {
+                return Ok(Expr::Outer(n + 1, i));
             }
         }
-        t.column(&name.value).map(Expr::Col).ok_or_else(|| SqlError::bad_field(&full, self.place))
+        Err(SqlError::bad_field(&full, self.place))
+    }
+
+    /// Plans a subquery in the scope of this query.
+    fn subquery(&mut self, q: &ast::Query, kind: SubKind) -> SqlResult<Expr> {
+        let Some(planner) = self.planner else { return Err(SqlError::not_supported("subqueries here")) };
+        let mut stack: Vec<&Scope> = self.outer.to_vec();
+        stack.push(&self.scope);
+        let plan = planner.subquery(q, &stack)?;
+        if !matches!(kind, SubKind::Exists) && plan.plan.columns.len() != 1 {
+            return Err(SqlError::new(code::OPERAND_COLUMNS, "Operand should contain 1 column(s)"));
+        }
+        Ok(Expr::Subquery(Sub { plan, kind }))
     }
 
     pub fn bind(&mut self, e: &ast::Expr) -> SqlResult<Expr> {
@@ -261,7 +414,16 @@ impl<'a> Binder<'a> {
                     let l = list.iter().map(|e| self.bind(e)).collect::<SqlResult<Vec<_>>>()?;
                     Expr::InList(bx(x), l, *negated)
                 }
-                _ => return Err(SqlError::not_supported("subqueries")),
+                ast::InTarget::Subquery(q) => {
+                    let x = self.bind(expr)?;
+                    let e = self.subquery(q, SubKind::In(bx(x)))?;
+                    if *negated {
+                        Expr::Not(bx(e))
+                    } else {
+                        e
+                    }
+                }
+                _ => return Err(SqlError::not_supported("this IN form")),
             },
             A::Between { expr, negated, low, high } => {
                 Expr::Between(bx(self.bind(expr)?), bx(self.bind(low)?), bx(self.bind(high)?), *negated)
@@ -312,7 +474,36 @@ impl<'a> Binder<'a> {
                 Expr::Func(Func::Floor, vec![self.bind(expr)?])
             }
             A::Function(f) => self.function(f)?,
-            A::Subquery(_) | A::Exists { .. } => return Err(SqlError::not_supported("subqueries")),
+            A::Subquery(q) => self.subquery(q, SubKind::Scalar)?,
+            A::Exists { subquery, negated } => {
+                let e = self.subquery(subquery, SubKind::Exists)?;
+                if *negated {
+                    Expr::Not(bx(e))
+                } else {
+                    e
+                }
+            }
+            A::AnyOp { left, compare_op, right, .. } | A::AllOp { left, compare_op, right } => {
+                let all = matches!(e, A::AllOp { .. });
+                let op = match compare_op {
+                    BinaryOperator::Eq => Cmp::Eq,
+                    BinaryOperator::NotEq => Cmp::Ne,
+                    BinaryOperator::Lt => Cmp::Lt,
+                    BinaryOperator::LtEq => Cmp::Le,
+                    BinaryOperator::Gt => Cmp::Gt,
+                    BinaryOperator::GtEq => Cmp::Ge,
+                    other => return Err(SqlError::not_supported(format!("{other} ANY/ALL"))),
+                };
+                let mut q = right.as_ref();
+                while let A::Nested(inner) = q {
+                    q = inner;
+                }
+                let A::Subquery(q) = q else {
+                    return Err(SqlError::parse("ANY and ALL take a subquery"));
+                };
+                let x = self.bind(left)?;
+                self.subquery(q, SubKind::Quantified(bx(x), op, all))?
+            }
             A::Tuple(_) => {
                 return Err(SqlError::new(code::OPERAND_COLUMNS, "Operand should contain 1 column(s)"));
             }
@@ -361,12 +552,6 @@ impl<'a> Binder<'a> {
         if let Some(mut kind) = agg {
             if !self.allow_aggs {
                 return Err(SqlError::new(code::INVALID_GROUP_FUNC_USE, "Invalid use of group function"));
-            }
-            if distinct && kind != AggKind::Count {
-                return Err(SqlError::not_supported(format!("{}(DISTINCT ...)", name.to_uppercase())));
-            }
-            if distinct {
-                return Err(SqlError::not_supported("COUNT(DISTINCT ...)"));
             }
             func_arity(&name, n, n == 1)?;
             let arg = match arg_list[0] {

@@ -1,8 +1,13 @@
 //! Bound expressions: column references are positions in the input row, aggregates are
-//! positions in the aggregate results, session values were resolved at bind time. Evaluation is
-//! pure and never panics.
+//! positions in the aggregate results, session values were resolved at bind time. References to
+//! an enclosing query's row (correlated subqueries) are [`Expr::Outer`], resolved through the
+//! [`Outer`] chain at evaluation. Evaluation is pure (subqueries run over rows fetched before
+//! the statement is evaluated) and never panics.
+
+use std::sync::Arc;
 
 use crate::error::{code, SqlError, SqlResult};
+use crate::sql::subquery::SubPlan;
 use crate::types::{parse_datetime, IntKind, WireType};
 use crate::val::{arith, compare, like, ArithOp, Dec, Val};
 
@@ -83,6 +88,51 @@ pub enum AggKind {
     Avg,
 }
 
+/// The rows of the enclosing queries while a subquery runs: `row` is the current row of the
+/// query directly around it, `up` the chain further out.
+#[derive(Clone, Copy, Debug)]
+pub struct Outer<'a> {
+    pub row: &'a [Val],
+    pub up: Option<&'a Outer<'a>>,
+}
+
+impl<'a> Outer<'a> {
+    /// The row `levels` queries out (1 = the enclosing query).
+    fn at(&self, levels: usize) -> Option<&'a [Val]> {
+        let mut o = *self;
+        for _ in 1..levels {
+            o = *o.up?;
+        }
+        Some(o.row)
+    }
+}
+
+/// How a subquery's rows become a value.
+#[derive(Clone, Debug)]
+pub enum SubKind {
+    /// `(SELECT x ...)`: NULL for no row, an error for more than one.
+    Scalar,
+    /// `EXISTS (SELECT ...)`.
+    Exists,
+    /// `x IN (SELECT ...)` (NOT IN is NOT over it: the same three-valued result, negated).
+    In(Box<Expr>),
+    /// `x <op> ANY|ALL (SELECT ...)`: (x, op, all).
+    Quantified(Box<Expr>, Cmp, bool),
+}
+
+/// A subquery inside an expression. Plans compare by identity.
+#[derive(Clone, Debug)]
+pub struct Sub {
+    pub plan: Arc<SubPlan>,
+    pub kind: SubKind,
+}
+
+impl PartialEq for Sub {
+    fn eq(&self, other: &Sub) -> bool {
+        Arc::ptr_eq(&self.plan, &other.plan)
+    }
+}
+
 /// One aggregate of a grouped query.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AggSpec {
@@ -95,6 +145,8 @@ pub struct AggSpec {
 pub enum Expr {
     Lit(Val),
     Col(usize),
+    /// A column of an enclosing query's row: (levels out, 1 = the enclosing query; position).
+    Outer(usize, usize),
     Agg(usize),
     Neg(Box<Expr>),
     Not(Box<Expr>),
@@ -117,6 +169,7 @@ pub enum Expr {
     },
     Func(Func, Vec<Expr>),
     Cast(Box<Expr>, CastTo),
+    Subquery(Sub),
 }
 
 fn range_err(msg: String) -> SqlError {
@@ -154,7 +207,12 @@ impl Expr {
     pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
         f(self);
         match self {
-            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) => {}
+            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) | Expr::Outer(..) => {}
+            // The subquery's own expressions belong to its scope; only its operand is ours.
+            Expr::Subquery(sub) => match &sub.kind {
+                SubKind::In(x) | SubKind::Quantified(x, ..) => x.walk(f),
+                SubKind::Scalar | SubKind::Exists => {}
+            },
             Expr::Neg(a) | Expr::Not(a) | Expr::IsNull(a, _) | Expr::IsBool(a, _, _) | Expr::Cast(a, _) => a.walk(f),
             Expr::Arith(_, a, c) | Expr::Cmp(_, a, c) | Expr::And(a, c) | Expr::Or(a, c) | Expr::Xor(a, c) => {
                 a.walk(f);
@@ -189,13 +247,68 @@ impl Expr {
         }
     }
 
-    /// Evaluates against an input row and the current aggregate results.
+    /// Visits every node mutably (not into subqueries' own plans).
+    pub fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
+        f(self);
+        match self {
+            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) | Expr::Outer(..) => {}
+            Expr::Subquery(sub) => match &mut sub.kind {
+                SubKind::In(x) | SubKind::Quantified(x, ..) => x.walk_mut(f),
+                SubKind::Scalar | SubKind::Exists => {}
+            },
+            Expr::Neg(a) | Expr::Not(a) | Expr::IsNull(a, _) | Expr::IsBool(a, _, _) | Expr::Cast(a, _) => {
+                a.walk_mut(f)
+            }
+            Expr::Arith(_, a, c) | Expr::Cmp(_, a, c) | Expr::And(a, c) | Expr::Or(a, c) | Expr::Xor(a, c) => {
+                a.walk_mut(f);
+                c.walk_mut(f);
+            }
+            Expr::InList(a, l, _) => {
+                a.walk_mut(f);
+                l.iter_mut().for_each(|e| e.walk_mut(f));
+            }
+            Expr::Between(a, l, h, _) => {
+                a.walk_mut(f);
+                l.walk_mut(f);
+                h.walk_mut(f);
+            }
+            Expr::Like(a, p, ..) => {
+                a.walk_mut(f);
+                p.walk_mut(f);
+            }
+            Expr::Case { operand, whens, otherwise } => {
+                if let Some(o) = operand {
+                    o.walk_mut(f);
+                }
+                for (w, t) in whens {
+                    w.walk_mut(f);
+                    t.walk_mut(f);
+                }
+                if let Some(o) = otherwise {
+                    o.walk_mut(f);
+                }
+            }
+            Expr::Func(_, args) => args.iter_mut().for_each(|e| e.walk_mut(f)),
+        }
+    }
+
+    /// Evaluates against an input row and the current aggregate results (no enclosing query).
     pub fn eval(&self, row: &[Val], aggs: &[Val]) -> SqlResult<Val> {
+        self.eval_in(row, aggs, None)
+    }
+
+    /// Evaluates against an input row, the current aggregate results and the rows of the
+    /// enclosing queries.
+    pub fn eval_in(&self, row: &[Val], aggs: &[Val], outer: Option<&Outer<'_>>) -> SqlResult<Val> {
         Ok(match self {
             Expr::Lit(v) => v.clone(),
             Expr::Col(i) => row.get(*i).cloned().unwrap_or(Val::Null),
+            Expr::Outer(levels, i) => {
+                outer.and_then(|o| o.at(*levels)).and_then(|r| r.get(*i)).cloned().unwrap_or(Val::Null)
+            }
+            Expr::Subquery(sub) => crate::sql::subquery::eval(sub, row, aggs, outer)?,
             Expr::Agg(i) => aggs.get(*i).cloned().unwrap_or(Val::Null),
-            Expr::Neg(a) => match a.eval(row, aggs)? {
+            Expr::Neg(a) => match a.eval_in(row, aggs, outer)? {
                 Val::Null => Val::Null,
                 Val::Int(i) => Val::Int(
                     i.checked_neg().ok_or_else(|| range_err(format!("BIGINT value is out of range in '-({i})'")))?,
@@ -209,54 +322,54 @@ impl Expr {
                 Val::Dec(d) => Val::Dec(Dec::new(-d.m, d.s)),
                 other => Val::Float(-other.to_f64().unwrap_or(0.0)),
             },
-            Expr::Not(a) => match a.eval(row, aggs)?.truth() {
+            Expr::Not(a) => match a.eval_in(row, aggs, outer)?.truth() {
                 None => Val::Null,
                 Some(t) => Val::bool(!t),
             },
             Expr::Arith(op, a, c) => {
-                let (x, y) = (a.eval(row, aggs)?, c.eval(row, aggs)?);
+                let (x, y) = (a.eval_in(row, aggs, outer)?, c.eval_in(row, aggs, outer)?);
                 arith(*op, &x, &y).map_err(range_err)?
             }
             Expr::Cmp(op, a, c) => {
-                let (x, y) = (a.eval(row, aggs)?, c.eval(row, aggs)?);
+                let (x, y) = (a.eval_in(row, aggs, outer)?, c.eval_in(row, aggs, outer)?);
                 cmp_vals(*op, &x, &y)
             }
             Expr::And(a, c) => {
-                let x = a.eval(row, aggs)?.truth();
+                let x = a.eval_in(row, aggs, outer)?.truth();
                 if x == Some(false) {
                     return Ok(Val::bool(false));
                 }
-                match (x, c.eval(row, aggs)?.truth()) {
+                match (x, c.eval_in(row, aggs, outer)?.truth()) {
                     (_, Some(false)) => Val::bool(false),
                     (Some(true), Some(true)) => Val::bool(true),
                     _ => Val::Null,
                 }
             }
             Expr::Or(a, c) => {
-                let x = a.eval(row, aggs)?.truth();
+                let x = a.eval_in(row, aggs, outer)?.truth();
                 if x == Some(true) {
                     return Ok(Val::bool(true));
                 }
-                match (x, c.eval(row, aggs)?.truth()) {
+                match (x, c.eval_in(row, aggs, outer)?.truth()) {
                     (_, Some(true)) => Val::bool(true),
                     (Some(false), Some(false)) => Val::bool(false),
                     _ => Val::Null,
                 }
             }
-            Expr::Xor(a, c) => match (a.eval(row, aggs)?.truth(), c.eval(row, aggs)?.truth()) {
+            Expr::Xor(a, c) => match (a.eval_in(row, aggs, outer)?.truth(), c.eval_in(row, aggs, outer)?.truth()) {
                 (Some(x), Some(y)) => Val::bool(x != y),
                 _ => Val::Null,
             },
-            Expr::IsNull(a, neg) => Val::bool(a.eval(row, aggs)?.is_null() != *neg),
-            Expr::IsBool(a, want, neg) => Val::bool((a.eval(row, aggs)?.truth() == Some(*want)) != *neg),
+            Expr::IsNull(a, neg) => Val::bool(a.eval_in(row, aggs, outer)?.is_null() != *neg),
+            Expr::IsBool(a, want, neg) => Val::bool((a.eval_in(row, aggs, outer)?.truth() == Some(*want)) != *neg),
             Expr::InList(a, list, neg) => {
-                let x = a.eval(row, aggs)?;
+                let x = a.eval_in(row, aggs, outer)?;
                 if x.is_null() {
                     return Ok(Val::Null);
                 }
                 let mut saw_null = false;
                 for e in list {
-                    let y = e.eval(row, aggs)?;
+                    let y = e.eval_in(row, aggs, outer)?;
                     match compare(&x, &y) {
                         Some(std::cmp::Ordering::Equal) => return Ok(Val::bool(!*neg)),
                         None => saw_null = true,
@@ -270,9 +383,9 @@ impl Expr {
                 }
             }
             Expr::Between(a, lo, hi, neg) => {
-                let x = a.eval(row, aggs)?;
-                let ge = cmp_vals(Cmp::Ge, &x, &lo.eval(row, aggs)?).truth();
-                let le = cmp_vals(Cmp::Le, &x, &hi.eval(row, aggs)?).truth();
+                let x = a.eval_in(row, aggs, outer)?;
+                let ge = cmp_vals(Cmp::Ge, &x, &lo.eval_in(row, aggs, outer)?).truth();
+                let le = cmp_vals(Cmp::Le, &x, &hi.eval_in(row, aggs, outer)?).truth();
                 let r = match (ge, le) {
                     (Some(false), _) | (_, Some(false)) => Some(false),
                     (Some(true), Some(true)) => Some(true),
@@ -284,7 +397,7 @@ impl Expr {
                 }
             }
             Expr::Like(a, p, esc, neg, ci) => {
-                let (x, y) = (a.eval(row, aggs)?, p.eval(row, aggs)?);
+                let (x, y) = (a.eval_in(row, aggs, outer)?, p.eval_in(row, aggs, outer)?);
                 match (x.to_string_lossy(), y.to_string_lossy()) {
                     (Some(t), Some(p)) => {
                         let m = if *ci { like(&t.to_lowercase(), &p.to_lowercase(), *esc) } else { like(&t, &p, *esc) };
@@ -295,21 +408,21 @@ impl Expr {
             }
             Expr::Case { operand, whens, otherwise } => {
                 let op = match operand {
-                    Some(o) => Some(o.eval(row, aggs)?),
+                    Some(o) => Some(o.eval_in(row, aggs, outer)?),
                     None => None,
                 };
                 for (w, t) in whens {
-                    let wv = w.eval(row, aggs)?;
+                    let wv = w.eval_in(row, aggs, outer)?;
                     let hit = match &op {
                         Some(o) => compare(o, &wv) == Some(std::cmp::Ordering::Equal),
                         None => wv.truth() == Some(true),
                     };
                     if hit {
-                        return t.eval(row, aggs);
+                        return t.eval_in(row, aggs, outer);
                     }
                 }
                 match otherwise {
-                    Some(o) => o.eval(row, aggs)?,
+                    Some(o) => o.eval_in(row, aggs, outer)?,
                     None => Val::Null,
                 }
             }
@@ -318,19 +431,21 @@ impl Expr {
                 // IF and COALESCE-like functions evaluate lazily in MySQL; eager evaluation is
                 // only observable through errors, which are rare in these arguments.
                 for a in args {
-                    vals.push(a.eval(row, aggs)?);
+                    vals.push(a.eval_in(row, aggs, outer)?);
                 }
                 call(*f, vals)?
             }
-            Expr::Cast(a, to) => cast(a.eval(row, aggs)?, *to)?,
+            Expr::Cast(a, to) => cast(a.eval_in(row, aggs, outer)?, *to)?,
         })
     }
 
     /// The result type when it is known statically (column metadata before any row is seen).
-    pub fn wire_type(&self, cols: &[WireType], aggs: &[AggSpec]) -> Option<WireType> {
+    pub fn wire_type(&self, cols: &[Option<WireType>], aggs: &[AggSpec]) -> Option<WireType> {
         let bigint = WireType::Int { kind: IntKind::Big, unsigned: false, width: None };
         match self {
-            Expr::Col(i) => cols.get(*i).copied(),
+            Expr::Col(i) => cols.get(*i).copied().flatten(),
+            Expr::Subquery(Sub { kind: SubKind::Scalar, plan }) => plan.plan.columns.first().and_then(|c| c.ty),
+            Expr::Subquery(_) => Some(bigint),
             Expr::Lit(v) => Some(WireType::of_val(v)),
             Expr::Cmp(..)
             | Expr::And(..)

@@ -1,9 +1,14 @@
-//! The SQL layer without sockets or cluster: parsing, binding, expressions and access paths.
+//! The SQL layer without sockets or cluster: parsing, binding, expressions, access paths, query
+//! plans and their in-memory execution (joins, subqueries, set operations).
 
 pub mod bind;
 pub mod expr;
+pub mod join;
 pub mod parse;
 pub mod plan;
+pub mod query;
+pub mod select;
+pub mod subquery;
 
 #[cfg(test)]
 mod robustness {

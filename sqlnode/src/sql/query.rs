@@ -1,0 +1,1147 @@
+//! Query plans: a SELECT (or a UNION/INTERSECT/EXCEPT of them) bound against a snapshot of the
+//! catalog. Pure: the planner takes the AST and the [`Catalog`] and returns a [`QueryPlan`];
+//! the executor reads the tables it names ([`QueryPlan::scans`]) and runs it
+//! ([`crate::sql::select`]).
+//!
+//! - **FROM** is a tree of base-table scans, derived tables (subqueries in FROM, views) and
+//!   joins (inner, left, right; comma is an inner join without condition). Every relation's
+//!   columns follow the previous ones' in the combined row the expressions are bound against.
+//! - **Filter pushdown**: a WHERE (or inner-join ON) conjunct that reads one base table only,
+//!   and that table is not on the NULL-filled side of an outer join, goes to that table's scan,
+//!   where the access path turns what it can into key reads or data-node filters. Every
+//!   condition is still evaluated on the joined rows, so pushing down never changes a result.
+//! - **Names**: the catalog is a snapshot the caller fills in. When the planner meets a name it
+//!   does not have, it records it in [`Planner::wanted`] and fails; the caller looks the name up
+//!   (a table, a view, or nothing) and plans again. So planning stays synchronous and pure, and a
+//!   statement costs one catalog lookup per distinct name.
+//! - **Views** are stored queries (see `crate::view`): a view in FROM is planned as a derived
+//!   table from its definition, whose unqualified names mean tables of the view's database.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use sqlparser::ast::{self, SelectItem, Spanned};
+
+use crate::error::{code, SqlError, SqlResult};
+use crate::session::{object_parts, ColumnMeta};
+use crate::sql::bind::{Binder, Env, Scope, TableRef};
+use crate::sql::expr::{AggSpec, Cmp, Expr};
+use crate::sql::subquery::SubPlan;
+use crate::types::WireType;
+use crate::val::Val;
+
+/// Deepest nesting of subqueries, derived tables and views in one statement.
+pub const MAX_QUERY_DEPTH: usize = 32;
+
+/// What a name in FROM means.
+#[derive(Clone, Debug)]
+pub enum Entry {
+    Table(TableRef),
+    View(ViewDef),
+    /// Looked up: neither a table nor a view.
+    Missing,
+}
+
+/// A stored view: its `CREATE VIEW` text, parsed when used.
+#[derive(Clone, Debug)]
+pub struct ViewDef {
+    pub db: String,
+    pub name: String,
+    pub sql: String,
+}
+
+/// The names a statement uses, as looked up for it.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    pub db: Option<String>,
+    entries: HashMap<String, Entry>,
+}
+
+fn key(db: &str, name: &str) -> String {
+    format!("{}.{}", db.to_lowercase(), name.to_lowercase())
+}
+
+impl Catalog {
+    pub fn new(db: Option<String>) -> Catalog {
+        Catalog { db, entries: HashMap::new() }
+    }
+
+    pub fn insert(&mut self, db: &str, name: &str, e: Entry) {
+        self.entries.insert(key(db, name), e);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[derive(Debug)]
+pub struct QueryPlan {
+    pub columns: Vec<ColumnMeta>,
+    pub body: Body,
+}
+
+#[derive(Debug)]
+pub enum Body {
+    Select(Box<SelectPlan>),
+    Set {
+        op: SetOp,
+        all: bool,
+        left: Box<QueryPlan>,
+        right: Box<QueryPlan>,
+    },
+    /// ORDER BY / LIMIT over the output columns of a set operation or parenthesized query.
+    Sorted {
+        input: Box<QueryPlan>,
+        order: Vec<(usize, bool)>,
+        limit: Option<u64>,
+        offset: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetOp {
+    Union,
+    Intersect,
+    Except,
+}
+
+#[derive(Debug)]
+pub enum SortKey {
+    /// An output column.
+    Out(usize),
+    Expr(Expr),
+}
+
+/// One SELECT: FROM, WHERE, grouping, HAVING, projection, DISTINCT, ORDER BY, LIMIT.
+#[derive(Debug)]
+pub struct SelectPlan {
+    pub from: From,
+    /// Width of the combined FROM row.
+    pub width: usize,
+    pub filter: Option<Expr>,
+    pub outputs: Vec<Expr>,
+    /// (key, ascending)
+    pub order: Vec<(SortKey, bool)>,
+    pub grouped: bool,
+    pub group_exprs: Vec<Expr>,
+    pub aggs: Vec<AggSpec>,
+    pub having: Option<Expr>,
+    pub distinct: bool,
+    pub limit: Option<u64>,
+    pub offset: u64,
+}
+
+#[derive(Debug)]
+pub enum From {
+    /// No FROM clause: one empty row.
+    Dual,
+    Scan(Arc<Scan>),
+    Derived(Arc<Derived>),
+    Join(Box<Join>),
+}
+
+/// A base table as a query reads it: the rows its pushed-down conjuncts select, fetched before
+/// the plan runs (visible columns only).
+#[derive(Debug)]
+pub struct Scan {
+    pub table: TableRef,
+    /// Conjuncts over this table's own columns (positions of the table, not of the join).
+    pub pushed: Option<Expr>,
+    pub rows: OnceLock<Vec<Vec<Val>>>,
+}
+
+/// A subquery in FROM or a view: run once per statement, its rows kept for the statement.
+#[derive(Debug)]
+pub struct Derived {
+    pub plan: QueryPlan,
+    pub rows: OnceLock<Vec<Vec<Val>>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+}
+
+#[derive(Debug)]
+pub struct Join {
+    pub left: From,
+    pub right: From,
+    pub kind: JoinKind,
+    /// Over this join's row (left columns, then right columns).
+    pub on: Option<Expr>,
+    pub left_width: usize,
+    pub right_width: usize,
+    /// Equalities the join matches by hashing: (left column, right column), each a position in
+    /// its side's row. Empty: nested loops.
+    pub hash: Vec<(usize, usize)>,
+}
+
+impl From {
+    pub fn width(&self) -> usize {
+        match self {
+            From::Dual => 0,
+            From::Scan(s) => s.table.visible(),
+            From::Derived(d) => d.plan.columns.len(),
+            From::Join(j) => j.left_width + j.right_width,
+        }
+    }
+}
+
+impl QueryPlan {
+    /// Visits every expression of this query level (not those of its subqueries or derived
+    /// tables, which have scopes of their own).
+    pub fn each_expr(&self, f: &mut dyn FnMut(&Expr)) {
+        match &self.body {
+            Body::Select(s) => {
+                fn from_exprs(fr: &From, f: &mut dyn FnMut(&Expr)) {
+                    if let From::Join(j) = fr {
+                        from_exprs(&j.left, f);
+                        from_exprs(&j.right, f);
+                        if let Some(on) = &j.on {
+                            f(on);
+                        }
+                    }
+                }
+                from_exprs(&s.from, f);
+                s.filter.iter().chain(&s.outputs).chain(&s.group_exprs).chain(&s.having).for_each(&mut *f);
+                s.aggs.iter().filter_map(|a| a.arg.as_ref()).for_each(&mut *f);
+                for (k, _) in &s.order {
+                    if let SortKey::Expr(e) = k {
+                        f(e);
+                    }
+                }
+            }
+            Body::Set { left, right, .. } => {
+                left.each_expr(f);
+                right.each_expr(f);
+            }
+            Body::Sorted { input, .. } => input.each_expr(f),
+        }
+    }
+
+    /// Every base-table scan the plan reads, subqueries and derived tables included.
+    pub fn scans(&self, out: &mut Vec<Arc<Scan>>) {
+        match &self.body {
+            Body::Select(s) => from_scans(&s.from, out),
+            Body::Set { left, right, .. } => {
+                left.scans(out);
+                right.scans(out);
+            }
+            Body::Sorted { input, .. } => input.scans(out),
+        }
+        self.each_expr(&mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Subquery(s) = x {
+                    s.plan.plan.scans(out);
+                }
+            })
+        });
+    }
+}
+
+fn from_scans(fr: &From, out: &mut Vec<Arc<Scan>>) {
+    match fr {
+        From::Dual => {}
+        From::Scan(s) => out.push(s.clone()),
+        From::Derived(d) => d.plan.scans(out),
+        From::Join(j) => {
+            from_scans(&j.left, out);
+            from_scans(&j.right, out);
+        }
+    }
+}
+
+/// Plans queries against a catalog snapshot; see the module docs for how missing names are
+/// reported.
+pub struct Planner<'a> {
+    pub env: &'a Env,
+    catalog: &'a Catalog,
+    /// The first name the catalog did not have: (database, name).
+    pub wanted: RefCell<Option<(String, String)>>,
+    /// The database unqualified names mean (the session's, or a view's while planning it).
+    db: RefCell<Option<String>>,
+    depth: Cell<usize>,
+}
+
+/// The text of an expression as the query wrote it (MySQL's column name for it).
+pub fn source_text(sql: &str, e: &ast::Expr) -> String {
+    if let ast::Expr::Value(v) = e {
+        if let ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) = &v.value {
+            return s.clone();
+        }
+    }
+    let span = e.span();
+    let (s, en) = (span.start, span.end);
+    if s.line == 0 || en.line == 0 {
+        return e.to_string();
+    }
+    let offset = |line: u64, col: u64| -> Option<usize> {
+        let mut off = 0usize;
+        for (i, l) in sql.split_inclusive('\n').enumerate() {
+            if i as u64 + 1 == line {
+                let chars: usize = l.chars().take(col.saturating_sub(1) as usize).map(char::len_utf8).sum();
+                return Some(off + chars);
+            }
+            off += l.len();
+        }
+        None
+    };
+    match (offset(s.line, s.column), offset(en.line, en.column)) {
+        (Some(a), Some(b)) if a < b && b <= sql.len() => {
+            let text = sql[a..b].trim();
+            // Spans of calls end before their closing parenthesis: fall back to the
+            // normalized text when the slice is not a whole expression.
+            let balanced = text.matches('(').count() == text.matches(')').count();
+            if balanced && !matches!(e, ast::Expr::Function(_)) {
+                text.to_string()
+            } else {
+                e.to_string()
+            }
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Evaluates a LIMIT/OFFSET expression.
+pub fn const_count(env: &Env, e: &ast::Expr) -> SqlResult<u64> {
+    let v = Binder::new(env, None, "limit clause").bind(e)?.eval(&[], &[])?;
+    match v {
+        Val::Int(i) if i >= 0 => Ok(i as u64),
+        Val::UInt(u) => Ok(u),
+        _ => Err(SqlError::parse("LIMIT and OFFSET take non-negative integers")),
+    }
+}
+
+fn limit_offset(env: &Env, l: &Option<ast::LimitClause>) -> SqlResult<(Option<u64>, u64)> {
+    Ok(match l {
+        None => (None, 0),
+        Some(ast::LimitClause::LimitOffset { limit, offset, limit_by }) => {
+            if !limit_by.is_empty() {
+                return Err(SqlError::not_supported("LIMIT BY"));
+            }
+            let l = match limit {
+                Some(e) => Some(const_count(env, e)?),
+                None => None,
+            };
+            let o = match offset {
+                Some(o) => const_count(env, &o.value)?,
+                None => 0,
+            };
+            (l, o)
+        }
+        Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
+            (Some(const_count(env, limit)?), const_count(env, offset)?)
+        }
+    })
+}
+
+fn order_items(o: &Option<ast::OrderBy>) -> SqlResult<Vec<&ast::OrderByExpr>> {
+    match o {
+        None => Ok(vec![]),
+        Some(ob) => match &ob.kind {
+            ast::OrderByKind::Expressions(items) => Ok(items.iter().collect()),
+            ast::OrderByKind::All(_) => Err(SqlError::not_supported("ORDER BY ALL")),
+        },
+    }
+}
+
+fn ascending(it: &ast::OrderByExpr) -> bool {
+    !matches!(it.options.sort, Some(ast::OrderBySort::Desc))
+}
+
+/// An ORDER BY item over output columns: a position or an output name.
+fn output_position(e: &ast::Expr, columns: &[ColumnMeta]) -> SqlResult<usize> {
+    match e {
+        ast::Expr::Value(v) => {
+            if let ast::Value::Number(n, _) = &v.value {
+                let i: usize = n.to_string().parse().unwrap_or(0);
+                if i >= 1 && i <= columns.len() {
+                    return Ok(i - 1);
+                }
+                return Err(SqlError::bad_field(&n.to_string(), "order clause"));
+            }
+        }
+        ast::Expr::Identifier(id) => {
+            if let Some(i) = columns.iter().position(|c| c.name.eq_ignore_ascii_case(&id.value)) {
+                return Ok(i);
+            }
+            return Err(SqlError::bad_field(&id.value, "order clause"));
+        }
+        ast::Expr::CompoundIdentifier(p) => {
+            let last = p.last().map(|i| i.value.clone()).unwrap_or_default();
+            if let Some(i) = columns.iter().position(|c| c.name.eq_ignore_ascii_case(&last)) {
+                return Ok(i);
+            }
+            return Err(SqlError::bad_field(&last, "order clause"));
+        }
+        _ => {}
+    }
+    Err(SqlError::not_supported("ORDER BY expressions over a UNION (order by output columns)"))
+}
+
+/// Columns of the conjunct, or None when it reads anything but this query's columns and
+/// constants (enclosing rows, subqueries, aggregates).
+fn local_columns(e: &Expr) -> Option<Vec<usize>> {
+    let mut cols = vec![];
+    let mut ok = true;
+    e.walk(&mut |x| match x {
+        Expr::Col(i) => cols.push(*i),
+        Expr::Outer(..) | Expr::Subquery(_) | Expr::Agg(_) => ok = false,
+        _ => {}
+    });
+    ok.then_some(cols)
+}
+
+/// Scans that may take pushed-down conjuncts: (first column in the combined row, width, scan).
+fn pushable_leaves<'a>(
+    fr: &'a mut From,
+    start: usize,
+    nullable: bool,
+    out: &mut Vec<(usize, usize, &'a mut Scan)>,
+) -> usize {
+    match fr {
+        From::Dual => 0,
+        From::Scan(s) => {
+            let w = s.table.visible();
+            if !nullable {
+                if let Some(m) = Arc::get_mut(s) {
+                    out.push((start, w, m));
+                }
+            }
+            w
+        }
+        From::Derived(d) => d.plan.columns.len(),
+        From::Join(j) => {
+            let Join { left, right, kind, .. } = &mut **j;
+            let lw = pushable_leaves(left, start, nullable || *kind == JoinKind::Right, out);
+            let rw = pushable_leaves(right, start + lw, nullable || *kind == JoinKind::Left, out);
+            lw + rw
+        }
+    }
+}
+
+/// Pushes conjuncts that read one pushable scan into it.
+fn push_down(fr: &mut From, conjuncts: &[&Expr]) {
+    let mut leaves = vec![];
+    pushable_leaves(fr, 0, false, &mut leaves);
+    for c in conjuncts {
+        let Some(cols) = local_columns(c) else { continue };
+        for (start, width, scan) in leaves.iter_mut() {
+            if cols.iter().all(|&i| i >= *start && i < *start + *width) {
+                let mut local = (*c).clone();
+                let off = *start;
+                local.walk_mut(&mut |x| {
+                    if let Expr::Col(i) = x {
+                        *i -= off;
+                    }
+                });
+                scan.pushed = Some(match scan.pushed.take() {
+                    Some(p) => Expr::and(p, local),
+                    None => local,
+                });
+                break;
+            }
+        }
+    }
+}
+
+/// Inner-join ON conjuncts of joins not under the NULL-filled side of an outer join (they hold
+/// for every result row, like WHERE's), with positions of the combined row.
+fn inner_on_conditions(fr: &From, start: usize, nullable: bool, out: &mut Vec<Expr>) {
+    if let From::Join(j) = fr {
+        if j.kind == JoinKind::Inner && !nullable {
+            if let Some(on) = &j.on {
+                for c in on.conjuncts() {
+                    let mut g = c.clone();
+                    g.walk_mut(&mut |x| {
+                        if let Expr::Col(i) = x {
+                            *i += start;
+                        }
+                    });
+                    out.push(g);
+                }
+            }
+        }
+        inner_on_conditions(&j.left, start, nullable || j.kind == JoinKind::Right, out);
+        inner_on_conditions(&j.right, start + j.left_width, nullable || j.kind == JoinKind::Left, out);
+    }
+}
+
+/// Chooses the equalities each join matches by hashing: its own ON equalities, and for inner
+/// joins not under a NULL-filled side the WHERE / ON equalities (`conj`, combined-row positions)
+/// between its two sides. Only column pairs of comparable kinds (both numeric or both text)
+/// hash; the full conditions are evaluated on every candidate row anyway.
+fn choose_hash_keys(fr: &mut From, start: usize, nullable: bool, conj: &[Expr], types: &[Option<WireType>]) {
+    let From::Join(j) = fr else { return };
+    let (lw, rw) = (j.left_width, j.right_width);
+    choose_hash_keys(&mut j.left, start, nullable || j.kind == JoinKind::Right, conj, types);
+    choose_hash_keys(&mut j.right, start + lw, nullable || j.kind == JoinKind::Left, conj, types);
+    let ty = |local: usize| types.get(start + local).copied().flatten();
+    let mut keys = vec![];
+    if let Some(on) = &j.on {
+        keys.extend(equi_pairs(on, lw));
+    }
+    if j.kind == JoinKind::Inner && !nullable {
+        for c in conj {
+            let Some(cols) = local_columns(c) else { continue };
+            if cols.iter().any(|&i| i < start || i >= start + lw + rw) {
+                continue;
+            }
+            let mut local = c.clone();
+            local.walk_mut(&mut |x| {
+                if let Expr::Col(i) = x {
+                    *i -= start;
+                }
+            });
+            keys.extend(equi_pairs(&local, lw));
+        }
+    }
+    keys.retain(|&(l, r)| hashable_pair(ty(l), ty(r)));
+    keys.dedup();
+    j.hash = keys.into_iter().map(|(l, r)| (l, r - lw)).collect();
+}
+
+impl<'a> Planner<'a> {
+    pub fn new(env: &'a Env, catalog: &'a Catalog) -> Planner<'a> {
+        Planner { env, catalog, wanted: RefCell::new(None), db: RefCell::new(catalog.db.clone()), depth: Cell::new(0) }
+    }
+
+    fn lookup(&self, parts: &[String]) -> SqlResult<Entry> {
+        let (db, name) = match parts {
+            [t] => {
+                let db = self.db.borrow().clone().ok_or_else(|| SqlError::new(code::NO_DB, "No database selected"))?;
+                (db, t.clone())
+            }
+            [d, t] => (d.clone(), t.clone()),
+            _ => return Err(SqlError::parse(format!("bad table name {}", parts.join(".")))),
+        };
+        match self.catalog.entries.get(&key(&db, &name)) {
+            Some(Entry::Missing) => Err(SqlError::no_such_table(&db, &name)),
+            Some(e) => Ok(e.clone()),
+            None => {
+                self.wanted.borrow_mut().get_or_insert((db.clone(), name.clone()));
+                Err(SqlError::no_such_table(&db, &name))
+            }
+        }
+    }
+
+    fn nested<T>(&self, f: impl FnOnce() -> SqlResult<T>) -> SqlResult<T> {
+        if self.depth.get() >= MAX_QUERY_DEPTH {
+            return Err(SqlError::not_supported(format!(
+                "more than {MAX_QUERY_DEPTH} levels of nested subqueries, derived tables and views"
+            )));
+        }
+        self.depth.set(self.depth.get() + 1);
+        let r = f();
+        self.depth.set(self.depth.get() - 1);
+        r
+    }
+
+    /// Plans a query. `outer` are the scopes of enclosing queries (outermost first); `names` the
+    /// select-list items as written, when the caller has them (the statement's first SELECT).
+    pub fn query(
+        &self,
+        q: &ast::Query,
+        text: &str,
+        outer: &[&Scope],
+        names: Option<&[String]>,
+    ) -> SqlResult<QueryPlan> {
+        self.nested(|| self.query_inner(q, text, outer, names))
+    }
+
+    /// Plans a subquery of an expression.
+    pub fn subquery(&self, q: &ast::Query, outer: &[&Scope]) -> SqlResult<Arc<SubPlan>> {
+        let text = q.to_string();
+        // Names of a subquery's columns do not matter; its text is only for them.
+        let plan = self.query(q, &text, outer, None)?;
+        Ok(Arc::new(SubPlan::new(plan)))
+    }
+
+    fn query_inner(
+        &self,
+        q: &ast::Query,
+        text: &str,
+        outer: &[&Scope],
+        names: Option<&[String]>,
+    ) -> SqlResult<QueryPlan> {
+        if q.with.is_some() {
+            return Err(SqlError::not_supported("WITH (common table expressions)"));
+        }
+        if !q.locks.is_empty() {
+            return Err(SqlError::not_supported("SELECT ... FOR UPDATE / FOR SHARE (no transactions yet)"));
+        }
+        if q.fetch.is_some() || q.for_clause.is_some() {
+            return Err(SqlError::not_supported("FETCH / FOR clauses"));
+        }
+        let (limit, offset) = limit_offset(self.env, &q.limit_clause)?;
+        let order = order_items(&q.order_by)?;
+        match q.body.as_ref() {
+            ast::SetExpr::Select(s) => self.select(s, &order, limit, offset, text, outer, names),
+            body => {
+                let input = self.set_expr(body, text, outer, names)?;
+                if order.is_empty() && limit.is_none() && offset == 0 {
+                    return Ok(input);
+                }
+                let order = order
+                    .iter()
+                    .map(|it| Ok((output_position(&it.expr, &input.columns)?, ascending(it))))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                Ok(QueryPlan {
+                    columns: input.columns.clone(),
+                    body: Body::Sorted { input: Box::new(input), order, limit, offset },
+                })
+            }
+        }
+    }
+
+    fn set_expr(
+        &self,
+        e: &ast::SetExpr,
+        text: &str,
+        outer: &[&Scope],
+        names: Option<&[String]>,
+    ) -> SqlResult<QueryPlan> {
+        match e {
+            ast::SetExpr::Select(s) => self.select(s, &[], None, 0, text, outer, names),
+            ast::SetExpr::Query(q) => self.query(q, text, outer, names),
+            ast::SetExpr::SetOperation { left, op, set_quantifier, right } => {
+                let l = self.set_expr(left, text, outer, names)?;
+                let r = self.set_expr(right, text, outer, None)?;
+                if l.columns.len() != r.columns.len() {
+                    return Err(SqlError::new(
+                        code::WRONG_NUMBER_OF_COLUMNS_IN_SELECT,
+                        "The used SELECT statements have a different number of columns",
+                    ));
+                }
+                let all = match set_quantifier {
+                    ast::SetQuantifier::All => true,
+                    ast::SetQuantifier::Distinct | ast::SetQuantifier::None => false,
+                    other => return Err(SqlError::not_supported(format!("{op} {other}"))),
+                };
+                let op = match op {
+                    ast::SetOperator::Union => SetOp::Union,
+                    ast::SetOperator::Intersect => SetOp::Intersect,
+                    ast::SetOperator::Except | ast::SetOperator::Minus => SetOp::Except,
+                };
+                // The first query names the columns; a type holds where both sides agree.
+                let columns = l
+                    .columns
+                    .iter()
+                    .zip(&r.columns)
+                    .map(|(a, b)| ColumnMeta::named(&a.name, if a.ty == b.ty { a.ty } else { None }))
+                    .collect();
+                Ok(QueryPlan { columns, body: Body::Set { op, all, left: Box::new(l), right: Box::new(r) } })
+            }
+            ast::SetExpr::Values(_) => Err(SqlError::not_supported("VALUES as a query")),
+            _ => Err(SqlError::not_supported("this query form")),
+        }
+    }
+
+    // ----- FROM -----
+
+    fn plan_from(&self, from: &[ast::TableWithJoins], outer: &[&Scope], scope: &mut Scope) -> SqlResult<From> {
+        let mut acc: Option<From> = None;
+        for twj in from {
+            let item = self.table_with_joins(twj, outer, scope)?;
+            acc = Some(match acc {
+                None => item,
+                Some(prev) => {
+                    let (lw, rw) = (prev.width(), item.width());
+                    From::Join(Box::new(Join {
+                        left: prev,
+                        right: item,
+                        kind: JoinKind::Inner,
+                        on: None,
+                        left_width: lw,
+                        right_width: rw,
+                        hash: vec![],
+                    }))
+                }
+            });
+        }
+        Ok(acc.unwrap_or(From::Dual))
+    }
+
+    fn table_with_joins(&self, twj: &ast::TableWithJoins, outer: &[&Scope], scope: &mut Scope) -> SqlResult<From> {
+        let start = scope.width();
+        let mut item = self.factor(&twj.relation, outer, scope)?;
+        for j in &twj.joins {
+            use ast::JoinOperator as J;
+            let (kind, constraint) = match &j.join_operator {
+                J::Join(c) | J::Inner(c) | J::StraightJoin(c) | J::CrossJoin(c) => (JoinKind::Inner, c),
+                J::Left(c) | J::LeftOuter(c) => (JoinKind::Left, c),
+                J::Right(c) | J::RightOuter(c) => (JoinKind::Right, c),
+                other => return Err(SqlError::not_supported(format!("join {other:?}"))),
+            };
+            let right = self.factor(&j.relation, outer, scope)?;
+            let on = match constraint {
+                ast::JoinConstraint::On(e) => {
+                    let mut b = Binder::scoped(self.env, scope, outer, Some(self), "on clause");
+                    let mut on = b.bind(e)?;
+                    // ON sees the tables of its join only; its positions become the join's own.
+                    let mut outside = None;
+                    on.walk_mut(&mut |x| {
+                        if let Expr::Col(i) = x {
+                            if *i < start {
+                                outside = Some(*i);
+                            }
+                            *i = i.saturating_sub(start);
+                        }
+                    });
+                    if let Some(i) = outside {
+                        let name = scope.meta(i).map_or_else(|| i.to_string(), |m| format!("{}.{}", m.table, m.name));
+                        return Err(SqlError::bad_field(&name, "on clause"));
+                    }
+                    Some(on)
+                }
+                ast::JoinConstraint::None => None,
+                ast::JoinConstraint::Using(_) | ast::JoinConstraint::UsingAlias(..) => {
+                    return Err(SqlError::not_supported("JOIN ... USING (write the ON condition)"))
+                }
+                ast::JoinConstraint::Natural => {
+                    return Err(SqlError::not_supported("NATURAL JOIN (write the ON condition)"))
+                }
+            };
+            let (lw, rw) = (item.width(), right.width());
+            item = From::Join(Box::new(Join {
+                left: item,
+                right,
+                kind,
+                on,
+                left_width: lw,
+                right_width: rw,
+                hash: vec![],
+            }));
+        }
+        Ok(item)
+    }
+
+    fn check_alias(scope: &Scope, q: &str) -> SqlResult<()> {
+        if scope.rels.iter().any(|r| r.qualifier.eq_ignore_ascii_case(q)) {
+            return Err(SqlError::new(code::NONUNIQ_TABLE, format!("Not unique table/alias: '{q}'")));
+        }
+        Ok(())
+    }
+
+    fn factor(&self, f: &ast::TableFactor, outer: &[&Scope], scope: &mut Scope) -> SqlResult<From> {
+        match f {
+            ast::TableFactor::Table { name, alias, args: None, .. } => {
+                let parts = object_parts(name);
+                let alias_name = alias.as_ref().map(|a| a.name.value.clone());
+                if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+                    return Err(SqlError::not_supported("column aliases on a table"));
+                }
+                match self.lookup(&parts)? {
+                    Entry::Table(mut t) => {
+                        t.alias = alias_name;
+                        Self::check_alias(scope, t.alias.as_deref().unwrap_or(&t.name))?;
+                        scope.push_table(&t);
+                        Ok(From::Scan(Arc::new(Scan { table: t, pushed: None, rows: OnceLock::new() })))
+                    }
+                    Entry::View(v) => {
+                        let q = alias_name.unwrap_or_else(|| v.name.clone());
+                        Self::check_alias(scope, &q)?;
+                        let plan = self.view_plan(&v)?;
+                        let cols = derived_columns(&plan, &q, &v.db, &v.name, &[])?;
+                        scope.push(&q, Some(v.db.clone()), &v.name, cols);
+                        Ok(From::Derived(Arc::new(Derived { plan, rows: OnceLock::new() })))
+                    }
+                    Entry::Missing => {
+                        Err(SqlError::no_such_table(parts.first().map_or("", |s| s), parts.last().map_or("", |s| s)))
+                    }
+                }
+            }
+            ast::TableFactor::Derived { lateral, subquery, alias, .. } => {
+                if *lateral {
+                    return Err(SqlError::not_supported("LATERAL derived tables"));
+                }
+                let Some(alias) = alias else {
+                    return Err(SqlError::new(
+                        code::DERIVED_MUST_HAVE_ALIAS,
+                        "Every derived table must have its own alias",
+                    ));
+                };
+                let q = alias.name.value.clone();
+                Self::check_alias(scope, &q)?;
+                // A derived table does not see the query around it (MySQL: only LATERAL does).
+                let text = subquery.to_string();
+                let plan = self.query(subquery, &text, &[], None)?;
+                let renames: Vec<String> = alias.columns.iter().map(|c| c.name.value.clone()).collect();
+                let cols = derived_columns(&plan, &q, "", &q, &renames)?;
+                scope.push(&q, None, &q, cols);
+                Ok(From::Derived(Arc::new(Derived { plan, rows: OnceLock::new() })))
+            }
+            ast::TableFactor::NestedJoin { table_with_joins, alias: None } => {
+                self.table_with_joins(table_with_joins, outer, scope)
+            }
+            other => Err(SqlError::not_supported(format!("FROM item {other}"))),
+        }
+    }
+
+    /// Plans a view's stored query, in the view's database.
+    pub fn view_plan(&self, v: &ViewDef) -> SqlResult<QueryPlan> {
+        self.nested(|| self.view(v))
+    }
+
+    fn view(&self, v: &ViewDef) -> SqlResult<QueryPlan> {
+        let stmt = crate::sql::parse::parse_one(&v.sql)?;
+        let ast::Statement::CreateView(cv) = stmt else {
+            return Err(SqlError::internal(format!("view {}.{} has a bad definition", v.db, v.name)));
+        };
+        let saved = self.db.replace(Some(v.db.clone()));
+        let plan = self.query(&cv.query, &v.sql, &[], None);
+        *self.db.borrow_mut() = saved;
+        let mut plan = plan?;
+        if !cv.columns.is_empty() {
+            if cv.columns.len() != plan.columns.len() {
+                return Err(SqlError::new(
+                    code::VIEW_WRONG_LIST,
+                    "In definition of view, derived table or common table expression, SELECT list and column names list have different column counts",
+                ));
+            }
+            for (m, c) in plan.columns.iter_mut().zip(&cv.columns) {
+                m.name = c.name.value.clone();
+            }
+        }
+        Ok(plan)
+    }
+
+    // ----- SELECT -----
+
+    #[allow(clippy::too_many_arguments)]
+    fn select(
+        &self,
+        s: &ast::Select,
+        order_items: &[&ast::OrderByExpr],
+        limit: Option<u64>,
+        offset: u64,
+        text: &str,
+        outer: &[&Scope],
+        names: Option<&[String]>,
+    ) -> SqlResult<QueryPlan> {
+        if s.into.is_some() {
+            return Err(SqlError::not_supported("SELECT ... INTO"));
+        }
+        if !s.named_window.is_empty() || s.qualify.is_some() {
+            return Err(SqlError::not_supported("window functions"));
+        }
+        if s.top.is_some() || !s.lateral_views.is_empty() || s.prewhere.is_some() || !s.connect_by.is_empty() {
+            return Err(SqlError::not_supported("this SELECT form"));
+        }
+        let env = self.env;
+        let mut scope = Scope::default();
+        let mut from = self.plan_from(&s.from, outer, &mut scope)?;
+        let col_wire = scope.wire_types();
+
+        // Projection.
+        let mut b = Binder::scoped(env, &scope, outer, Some(self), "field list");
+        b.allow_aggs = true;
+        let mut outputs: Vec<Expr> = vec![];
+        let mut metas: Vec<ColumnMeta> = vec![];
+        let mut aliases: Vec<(String, Expr)> = vec![];
+        let names = names.filter(|t| t.len() == s.projection.len());
+        for (n, item) in s.projection.iter().enumerate() {
+            match item {
+                SelectItem::Wildcard(_) => {
+                    if scope.rels.is_empty() {
+                        return Err(SqlError::new(code::NO_DB, "No tables used"));
+                    }
+                    for rel in &scope.rels {
+                        for (i, c) in rel.cols.iter().enumerate() {
+                            outputs.push(Expr::Col(rel.start + i));
+                            metas.push(c.clone());
+                        }
+                    }
+                }
+                SelectItem::QualifiedWildcard(kind, _) => {
+                    let ast::SelectItemQualifiedWildcardKind::ObjectName(name) = kind else {
+                        return Err(SqlError::not_supported(format!("select item {item}")));
+                    };
+                    let parts = object_parts(name);
+                    let rel = scope
+                        .rels
+                        .iter()
+                        .find(|r| match parts.as_slice() {
+                            [t] => r.qualifier.eq_ignore_ascii_case(t),
+                            [d, t] => {
+                                r.db.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(d))
+                                    && r.table.eq_ignore_ascii_case(t)
+                            }
+                            _ => false,
+                        })
+                        .ok_or_else(|| {
+                            SqlError::new(code::BAD_TABLE, format!("Unknown table '{}'", parts.join(".")))
+                        })?;
+                    for (i, c) in rel.cols.iter().enumerate() {
+                        outputs.push(Expr::Col(rel.start + i));
+                        metas.push(c.clone());
+                    }
+                }
+                SelectItem::ExprWithAliases { .. } => {
+                    return Err(SqlError::not_supported(format!("select item {item}")));
+                }
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    let bound = b.bind(e)?;
+                    let name = match item {
+                        SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
+                        _ => match e {
+                            ast::Expr::Identifier(i) if !i.value.starts_with("@@") => i.value.clone(),
+                            ast::Expr::CompoundIdentifier(p) if !p[0].value.starts_with("@@") => {
+                                p.last().map(|i| i.value.clone()).unwrap_or_default()
+                            }
+                            ast::Expr::Value(_) => source_text(text, e),
+                            _ => match names {
+                                Some(t) => t[n].clone(),
+                                None => source_text(text, e),
+                            },
+                        },
+                    };
+                    let meta = match &bound {
+                        Expr::Col(i) => match scope.meta(*i) {
+                            Some(m) => ColumnMeta { name: name.clone(), ..m.clone() },
+                            None => ColumnMeta::named(&name, None),
+                        },
+                        _ => ColumnMeta::named(&name, None),
+                    };
+                    if let SelectItem::ExprWithAlias { alias, .. } = item {
+                        aliases.push((alias.value.clone(), bound.clone()));
+                    }
+                    metas.push(meta);
+                    outputs.push(bound);
+                }
+            }
+        }
+        let mut aggs = std::mem::take(&mut b.aggs);
+
+        // WHERE (no aggregates).
+        let filter = match &s.selection {
+            Some(e) => Some(Binder::scoped(env, &scope, outer, Some(self), "where clause").bind(e)?),
+            None => None,
+        };
+
+        // GROUP BY: expressions, output ordinals or aliases.
+        let mut group_exprs = vec![];
+        match &s.group_by {
+            ast::GroupByExpr::Expressions(exprs, mods) if mods.is_empty() => {
+                for e in exprs {
+                    let k = self.order_or_group_expr(
+                        e,
+                        &scope,
+                        outer,
+                        &outputs,
+                        &aliases,
+                        "group statement",
+                        &mut aggs,
+                        false,
+                    )?;
+                    group_exprs.push(match k {
+                        SortKey::Out(i) => outputs[i].clone(),
+                        SortKey::Expr(e) => e,
+                    });
+                }
+            }
+            _ => return Err(SqlError::not_supported("GROUP BY ALL / WITH ROLLUP")),
+        }
+
+        // HAVING and ORDER BY may use aggregates and aliases.
+        let having = match &s.having {
+            Some(e) => {
+                let mut hb = Binder::scoped(env, &scope, outer, Some(self), "having clause");
+                hb.allow_aggs = true;
+                hb.aggs = std::mem::take(&mut aggs);
+                hb.aliases = aliases.clone();
+                let r = hb.bind(e);
+                aggs = std::mem::take(&mut hb.aggs);
+                Some(r?)
+            }
+            None => None,
+        };
+        let mut order = vec![];
+        for it in order_items {
+            let key =
+                self.order_or_group_expr(&it.expr, &scope, outer, &outputs, &aliases, "order clause", &mut aggs, true)?;
+            order.push((key, ascending(it)));
+        }
+        let distinct = match &s.distinct {
+            None | Some(ast::Distinct::All) => false,
+            Some(ast::Distinct::Distinct) => true,
+            Some(ast::Distinct::On(_)) => return Err(SqlError::not_supported("DISTINCT ON")),
+        };
+        let grouped = !group_exprs.is_empty() || !aggs.is_empty();
+
+        // Push the conditions every result row meets down to the scans.
+        let mut on_conj = vec![];
+        inner_on_conditions(&from, 0, false, &mut on_conj);
+        let mut conj: Vec<&Expr> = filter.as_ref().map(|f| f.conjuncts()).unwrap_or_default();
+        conj.extend(on_conj.iter());
+        push_down(&mut from, &conj);
+        push_left_join_conditions(&mut from);
+        let where_conj: Vec<Expr> =
+            filter.as_ref().map(|f| f.conjuncts().into_iter().cloned().collect()).unwrap_or_default();
+        choose_hash_keys(&mut from, 0, false, &where_conj, &col_wire);
+
+        for (m, e) in metas.iter_mut().zip(&outputs) {
+            if m.ty.is_none() {
+                m.ty = e.wire_type(&col_wire, &aggs);
+            }
+        }
+        let plan = SelectPlan {
+            width: scope.width(),
+            from,
+            filter,
+            outputs,
+            order,
+            grouped,
+            group_exprs,
+            aggs,
+            having,
+            distinct,
+            limit,
+            offset,
+        };
+        Ok(QueryPlan { columns: metas, body: Body::Select(Box::new(plan)) })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn order_or_group_expr(
+        &self,
+        e: &ast::Expr,
+        scope: &Scope,
+        outer: &[&Scope],
+        outputs: &[Expr],
+        aliases: &[(String, Expr)],
+        place: &'static str,
+        aggs: &mut Vec<AggSpec>,
+        allow_aggs: bool,
+    ) -> SqlResult<SortKey> {
+        if let ast::Expr::Value(v) = e {
+            if let ast::Value::Number(n, _) = &v.value {
+                let i: usize = n.to_string().parse().unwrap_or(0);
+                if i == 0 || i > outputs.len() {
+                    return Err(SqlError::bad_field(&n.to_string(), place));
+                }
+                return Ok(SortKey::Out(i - 1));
+            }
+        }
+        if let ast::Expr::Identifier(id) = e {
+            if let Some(pos) = aliases.iter().position(|(a, _)| a.eq_ignore_ascii_case(&id.value)) {
+                // An alias names the output expression (MySQL prefers it over a column).
+                let bound = &aliases[pos].1;
+                if let Some(i) = outputs.iter().position(|o| o == bound) {
+                    return Ok(SortKey::Out(i));
+                }
+            }
+        }
+        let mut b = Binder::scoped(self.env, scope, outer, Some(self), place);
+        b.allow_aggs = allow_aggs;
+        b.aggs = std::mem::take(aggs);
+        b.aliases = aliases.to_vec();
+        let r = b.bind(e);
+        *aggs = std::mem::take(&mut b.aggs);
+        Ok(SortKey::Expr(r?))
+    }
+}
+
+/// A LEFT JOIN's ON conjuncts that read only its right side, when that side is one scan, are
+/// pushed into that scan: right rows failing them can never match.
+fn push_left_join_conditions(fr: &mut From) {
+    let From::Join(j) = fr else { return };
+    push_left_join_conditions(&mut j.left);
+    push_left_join_conditions(&mut j.right);
+    if j.kind != JoinKind::Left {
+        return;
+    }
+    let Some(on) = j.on.clone() else { return };
+    let (lw, rw) = (j.left_width, j.right_width);
+    if let From::Scan(s) = &mut j.right {
+        let Some(scan) = Arc::get_mut(s) else { return };
+        for c in on.conjuncts() {
+            let Some(cols) = local_columns(c) else { continue };
+            if cols.iter().all(|&i| i >= lw && i < lw + rw) {
+                let mut local = c.clone();
+                local.walk_mut(&mut |x| {
+                    if let Expr::Col(i) = x {
+                        *i -= lw;
+                    }
+                });
+                scan.pushed = Some(match scan.pushed.take() {
+                    Some(p) => Expr::and(p, local),
+                    None => local,
+                });
+            }
+        }
+    }
+}
+
+/// Columns a derived table or view shows: its query's output names (renamed by a column list),
+/// qualified by its alias. Names must be unique.
+fn derived_columns(
+    plan: &QueryPlan,
+    qualifier: &str,
+    db: &str,
+    table: &str,
+    renames: &[String],
+) -> SqlResult<Vec<ColumnMeta>> {
+    if !renames.is_empty() && renames.len() != plan.columns.len() {
+        return Err(SqlError::new(
+            code::VIEW_WRONG_LIST,
+            "In definition of view, derived table or common table expression, SELECT list and column names list have different column counts",
+        ));
+    }
+    let mut cols: Vec<ColumnMeta> = vec![];
+    for (i, c) in plan.columns.iter().enumerate() {
+        let name = renames.get(i).cloned().unwrap_or_else(|| c.name.clone());
+        if cols.iter().any(|o| o.name.eq_ignore_ascii_case(&name)) {
+            return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{name}'")));
+        }
+        cols.push(ColumnMeta {
+            name: name.clone(),
+            org_name: name,
+            table: qualifier.to_string(),
+            org_table: table.to_string(),
+            db: db.to_string(),
+            ty: c.ty,
+            not_null: false,
+            primary_key: false,
+            auto_increment: false,
+        });
+    }
+    Ok(cols)
+}
+
+/// Whether two bound equality operands can be matched by hashing (both numeric or both text).
+pub fn hashable_pair(a: Option<WireType>, b: Option<WireType>) -> bool {
+    use WireType as W;
+    let class = |t: Option<W>| match t {
+        Some(W::Int { .. } | W::Float | W::Double | W::Decimal { .. }) => Some(0),
+        Some(W::Str { .. } | W::Blob { binary: false, .. }) => Some(1),
+        _ => None,
+    };
+    matches!((class(a), class(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// `Col(l) = Col(r)` conjuncts of an ON condition with `l` on the left side and `r` on the right
+/// (positions in the combined row).
+pub fn equi_pairs(on: &Expr, left_width: usize) -> Vec<(usize, usize)> {
+    let mut out = vec![];
+    for c in on.conjuncts() {
+        if let Expr::Cmp(Cmp::Eq, a, b) = c {
+            if let (Expr::Col(x), Expr::Col(y)) = (a.as_ref(), b.as_ref()) {
+                match (*x < left_width, *y < left_width) {
+                    (true, false) => out.push((*x, *y)),
+                    (false, true) => out.push((*y, *x)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}

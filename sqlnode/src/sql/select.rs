@@ -1,0 +1,297 @@
+//! Running a [`QueryPlan`] in the SQL node: rows of the FROM tree (scans read beforehand,
+//! derived tables, joins in [`crate::sql::join`]), then WHERE, grouping and aggregates, HAVING,
+//! projection, DISTINCT, ORDER BY and LIMIT ([`SelectRun`]), and set operations.
+//!
+//! Pure and synchronous: every base table the plan names was read before it runs (or, for the
+//! single-table top-level query, is streamed into a [`SelectRun`] by the caller). Memory is
+//! bounded by `MAX_BUFFERED_ROWS` rows per buffer and `MAX_GROUPS` groups; passing one is a
+//! clear error (1038), not an unbounded allocation.
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
+
+use crate::error::{code, SqlError, SqlResult};
+use crate::sql::expr::{Acc, Outer};
+use crate::sql::query::{Body, From, QueryPlan, SelectPlan, SetOp, SortKey};
+use crate::val::{sort_cmp, Val};
+
+/// Most rows a statement holds in the SQL node at once per buffer (results, sort buffers, keys
+/// to write, rows of a table read for a join or subquery).
+pub const MAX_BUFFERED_ROWS: usize = 1_000_000;
+/// Most groups of one GROUP BY.
+pub const MAX_GROUPS: usize = 100_000;
+
+pub fn too_many(what: &str, n: usize) -> SqlError {
+    SqlError::new(
+        code::OUT_OF_SORTMEMORY,
+        format!("Out of sort memory: the statement needs more than {n} {what} in the SQL node; add a WHERE or LIMIT"),
+    )
+}
+
+/// Runs a plan whose tables have been read; `outer` are the enclosing queries' rows.
+pub fn run(plan: &QueryPlan, outer: Option<&Outer<'_>>) -> SqlResult<Vec<Vec<Val>>> {
+    match &plan.body {
+        Body::Select(sp) => {
+            let mut run = SelectRun::new(sp, outer);
+            each_row(&sp.from, outer, &mut |row| run.feed(row))?;
+            run.finish()
+        }
+        Body::Set { op, all, left, right } => {
+            let l = run(left, outer)?;
+            let r = run(right, outer)?;
+            set_op(*op, *all, l, r)
+        }
+        Body::Sorted { input, order, limit, offset } => {
+            let mut rows = run(input, outer)?;
+            if !order.is_empty() {
+                rows.sort_by(|a, b| {
+                    for &(i, asc) in order {
+                        let o = sort_cmp(&a[i], &b[i]);
+                        let o = if asc { o } else { o.reverse() };
+                        if o != Ordering::Equal {
+                            return o;
+                        }
+                    }
+                    Ordering::Equal
+                });
+            }
+            let skip = (*offset).min(rows.len() as u64) as usize;
+            let take = limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize);
+            Ok(rows.into_iter().skip(skip).take(take).collect())
+        }
+    }
+}
+
+fn row_key(row: &[Val]) -> Vec<u8> {
+    let mut k = vec![];
+    for v in row {
+        v.group_key(&mut k);
+    }
+    k
+}
+
+/// UNION / INTERSECT / EXCEPT of two results (DISTINCT unless `all`).
+fn set_op(op: SetOp, all: bool, l: Vec<Vec<Val>>, r: Vec<Vec<Val>>) -> SqlResult<Vec<Vec<Val>>> {
+    if l.len().saturating_add(r.len()) > MAX_BUFFERED_ROWS {
+        return Err(too_many("rows", MAX_BUFFERED_ROWS));
+    }
+    let mut seen = HashSet::new();
+    Ok(match op {
+        SetOp::Union if all => l.into_iter().chain(r).collect(),
+        SetOp::Union => l.into_iter().chain(r).filter(|row| seen.insert(row_key(row))).collect(),
+        SetOp::Intersect | SetOp::Except => {
+            let right: HashSet<Vec<u8>> = r.iter().map(|row| row_key(row)).collect();
+            let keep_in_right = op == SetOp::Intersect;
+            l.into_iter()
+                .filter(|row| {
+                    let k = row_key(row);
+                    right.contains(&k) == keep_in_right && (all || seen.insert(k))
+                })
+                .collect()
+        }
+    })
+}
+
+/// Calls `f` with every row of a FROM tree until it returns false; false when stopped.
+pub fn each_row(
+    from: &From,
+    outer: Option<&Outer<'_>>,
+    f: &mut dyn FnMut(Vec<Val>) -> SqlResult<bool>,
+) -> SqlResult<bool> {
+    match from {
+        From::Dual => f(vec![]),
+        From::Scan(s) => {
+            let rows =
+                s.rows.get().ok_or_else(|| SqlError::internal(format!("table {} was not read", s.table.name)))?;
+            for r in rows {
+                if !f(r.clone())? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        From::Derived(d) => {
+            for r in derived_rows(d)? {
+                if !f(r.clone())? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        From::Join(j) => crate::sql::join::each(j, outer, f),
+    }
+}
+
+/// A derived table's rows, computed on first use (it does not depend on enclosing rows).
+pub fn derived_rows(d: &crate::sql::query::Derived) -> SqlResult<&Vec<Vec<Val>>> {
+    if let Some(r) = d.rows.get() {
+        return Ok(r);
+    }
+    let rows = run(&d.plan, None)?;
+    Ok(d.rows.get_or_init(|| rows))
+}
+
+/// One group's accumulators, with the values already seen by DISTINCT aggregates.
+struct Group {
+    /// A row of the group: what non-aggregated expressions read.
+    rep: Vec<Val>,
+    accs: Vec<Acc>,
+    seen: Vec<Option<HashSet<Vec<u8>>>>,
+}
+
+/// The SELECT pipeline's state: filtering, grouping, buffering for ORDER BY/DISTINCT, LIMIT.
+pub struct SelectRun<'p> {
+    plan: &'p SelectPlan,
+    outer: Option<&'p Outer<'p>>,
+    /// (sort keys, output row)
+    buffer: Vec<(Vec<Val>, Vec<Val>)>,
+    groups: HashMap<Vec<u8>, usize>,
+    group_rows: Vec<Group>,
+    /// Values held by DISTINCT aggregates, over all groups.
+    distinct_values: usize,
+}
+
+impl<'p> SelectRun<'p> {
+    pub fn new(plan: &'p SelectPlan, outer: Option<&'p Outer<'p>>) -> SelectRun<'p> {
+        SelectRun { plan, outer, buffer: vec![], groups: HashMap::new(), group_rows: vec![], distinct_values: 0 }
+    }
+
+    fn new_group(&self, rep: Vec<Val>) -> Group {
+        let p = self.plan;
+        Group {
+            rep,
+            accs: p.aggs.iter().map(|a| Acc::new(a.kind)).collect(),
+            seen: p.aggs.iter().map(|a| a.distinct.then(HashSet::new)).collect(),
+        }
+    }
+
+    /// Takes one input row; false = enough rows, stop reading.
+    pub fn feed(&mut self, row: Vec<Val>) -> SqlResult<bool> {
+        let p = self.plan;
+        if let Some(f) = &p.filter {
+            if f.eval_in(&row, &[], self.outer)?.truth() != Some(true) {
+                return Ok(true);
+            }
+        }
+        if p.grouped {
+            let mut key = vec![];
+            for g in &p.group_exprs {
+                g.eval_in(&row, &[], self.outer)?.group_key(&mut key);
+            }
+            let idx = match self.groups.get(&key) {
+                Some(&i) => i,
+                None => {
+                    if self.group_rows.len() >= MAX_GROUPS {
+                        return Err(too_many("groups", MAX_GROUPS));
+                    }
+                    let g = self.new_group(row.clone());
+                    self.group_rows.push(g);
+                    self.groups.insert(key, self.group_rows.len() - 1);
+                    self.group_rows.len() - 1
+                }
+            };
+            for (i, spec) in p.aggs.iter().enumerate() {
+                let v = match &spec.arg {
+                    Some(e) => Some(e.eval_in(&row, &[], self.outer)?),
+                    None => None,
+                };
+                let g = &mut self.group_rows[idx];
+                if let (Some(seen), Some(v)) = (&mut g.seen[i], &v) {
+                    if v.is_null() {
+                        continue;
+                    }
+                    let mut k = vec![];
+                    v.group_key(&mut k);
+                    if !seen.insert(k) {
+                        continue;
+                    }
+                    self.distinct_values += 1;
+                    if self.distinct_values > MAX_BUFFERED_ROWS {
+                        return Err(too_many("distinct values", MAX_BUFFERED_ROWS));
+                    }
+                }
+                g.accs[i].add(spec.kind, v)?;
+            }
+            return Ok(true);
+        }
+        self.emit(&row, &[])
+    }
+
+    /// Computes one output row from an input row (or group) and buffers it.
+    fn emit(&mut self, row: &[Val], aggs: &[Val]) -> SqlResult<bool> {
+        let p = self.plan;
+        if let Some(h) = &p.having {
+            if h.eval_in(row, aggs, self.outer)?.truth() != Some(true) {
+                return Ok(true);
+            }
+        }
+        let out = p.outputs.iter().map(|e| e.eval_in(row, aggs, self.outer)).collect::<SqlResult<Vec<_>>>()?;
+        let keys = p
+            .order
+            .iter()
+            .map(|(k, _)| match k {
+                SortKey::Out(i) => Ok(out.get(*i).cloned().unwrap_or(Val::Null)),
+                SortKey::Expr(e) => e.eval_in(row, aggs, self.outer),
+            })
+            .collect::<SqlResult<Vec<_>>>()?;
+        self.buffer.push((keys, out));
+        let wanted = p.limit.map(|l| l.saturating_add(p.offset) as usize);
+        if p.order.is_empty() && !p.distinct && !p.grouped {
+            if let Some(w) = wanted {
+                return Ok(self.buffer.len() < w);
+            }
+        }
+        if let (false, Some(w)) = (p.order.is_empty(), wanted) {
+            // Top-k: keep the buffer near the rows that can still be in the result.
+            if !p.distinct && self.buffer.len() > w.saturating_mul(2).max(1024) {
+                self.sort();
+                self.buffer.truncate(w);
+            }
+        }
+        if self.buffer.len() > MAX_BUFFERED_ROWS {
+            return Err(too_many("rows", MAX_BUFFERED_ROWS));
+        }
+        Ok(true)
+    }
+
+    fn sort(&mut self) {
+        let dirs: Vec<bool> = self.plan.order.iter().map(|(_, asc)| *asc).collect();
+        self.buffer.sort_by(|(a, _), (b, _)| {
+            for ((x, y), asc) in a.iter().zip(b).zip(&dirs) {
+                let o = sort_cmp(x, y);
+                let o = if *asc { o } else { o.reverse() };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        });
+    }
+
+    pub fn finish(mut self) -> SqlResult<Vec<Vec<Val>>> {
+        let p = self.plan;
+        if p.grouped {
+            if self.group_rows.is_empty() && p.group_exprs.is_empty() {
+                // Aggregates over no rows still give one row (COUNT(*) = 0).
+                let g = self.new_group(vec![Val::Null; p.width]);
+                self.group_rows.push(g);
+            }
+            let groups = std::mem::take(&mut self.group_rows);
+            for g in groups {
+                let vals: Vec<Val> = p.aggs.iter().zip(&g.accs).map(|(s, a)| a.finish(s.kind)).collect();
+                self.emit(&g.rep, &vals)?;
+            }
+        }
+        if p.distinct {
+            let mut seen = HashSet::new();
+            self.buffer.retain(|(_, out)| seen.insert(row_key(out)));
+        }
+        if !p.order.is_empty() {
+            self.sort();
+        }
+        let rows = std::mem::take(&mut self.buffer);
+        let skip = p.offset.min(rows.len() as u64) as usize;
+        let take = p.limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize);
+        Ok(rows.into_iter().skip(skip).take(take).map(|(_, out)| out).collect())
+    }
+}

@@ -1,0 +1,158 @@
+//! SQL node query tests beyond one table: joins, subqueries, set operations, derived tables,
+//! views, INSERT ... SELECT and DISTINCT aggregates, over a real cluster through mysql_async.
+
+mod common;
+
+use common::TestCluster;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, OptsBuilder};
+
+fn code_of<T: std::fmt::Debug>(r: Result<T, mysql_async::Error>) -> u16 {
+    match r {
+        Err(mysql_async::Error::Server(e)) => e.code,
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+async fn rows(c: &mut Conn, sql: &str) -> Vec<String> {
+    let rs: Vec<mysql_async::Row> = c.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rs.into_iter()
+        .map(|r| {
+            (0..r.len())
+                .map(|i| match r.as_ref(i) {
+                    Some(mysql_async::Value::NULL) | None => "NULL".to_string(),
+                    Some(mysql_async::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(v) => v.as_sql(true),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_subqueries_unions_views() {
+    let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
+    let (host, port) = cluster.mysql_addrs[0].rsplit_once(':').unwrap();
+    let opts = OptsBuilder::default()
+        .ip_or_hostname(host.to_string())
+        .tcp_port(port.parse().unwrap())
+        .user(Some("root"))
+        .prefer_socket(false);
+    let mut c = Conn::new(opts).await.expect("connect");
+    c.query_drop("CREATE DATABASE q").await.unwrap();
+    c.query_drop("USE q").await.unwrap();
+    c.query_drop("CREATE TABLE dept (id INT PRIMARY KEY, name VARCHAR(20))").await.unwrap();
+    c.query_drop("CREATE TABLE emp (id INT PRIMARY KEY, name VARCHAR(20), dept INT, pay INT)").await.unwrap();
+    c.query_drop("INSERT INTO dept VALUES (1, 'eng'), (2, 'ops'), (3, 'empty')").await.unwrap();
+    c.query_drop(
+        "INSERT INTO emp VALUES (1, 'ann', 1, 100), (2, 'bob', 1, 80), (3, 'cy', 2, 90), (4, 'dee', NULL, 70)",
+    )
+    .await
+    .unwrap();
+
+    // Joins: inner (ON and WHERE), left, right, comma, self-join with aliases.
+    assert_eq!(
+        rows(&mut c, "SELECT e.name, d.name FROM emp e JOIN dept d ON e.dept = d.id ORDER BY e.id").await,
+        ["ann,eng", "bob,eng", "cy,ops"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT e.name, d.name FROM emp e, dept d WHERE e.dept = d.id AND d.name = 'ops'").await,
+        ["cy,ops"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT e.name, d.name FROM emp e LEFT JOIN dept d ON e.dept = d.id ORDER BY e.id").await,
+        ["ann,eng", "bob,eng", "cy,ops", "dee,NULL"]
+    );
+    assert_eq!(
+        rows(
+            &mut c,
+            "SELECT d.name, COUNT(e.id) FROM emp e RIGHT JOIN dept d ON e.dept = d.id GROUP BY d.name ORDER BY 1"
+        )
+        .await,
+        ["empty,0", "eng,2", "ops,1"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT a.name, b.name FROM emp a JOIN emp b ON a.dept = b.dept AND a.id < b.id").await,
+        ["ann,bob"]
+    );
+    assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM emp CROSS JOIN dept").await, ["12"]);
+    assert_eq!(code_of(c.query_drop("SELECT * FROM emp, emp").await), 1066);
+    assert_eq!(code_of(c.query_drop("SELECT id FROM emp, dept").await), 1052);
+
+    // Subqueries: scalar, IN, NOT IN with NULLs, EXISTS (correlated), ANY/ALL.
+    assert_eq!(
+        rows(&mut c, "SELECT name FROM emp WHERE pay > (SELECT AVG(pay) FROM emp) ORDER BY id").await,
+        ["ann", "cy"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT name FROM emp WHERE dept IN (SELECT id FROM dept WHERE name <> 'eng') ORDER BY id").await,
+        ["cy"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT name FROM dept WHERE id NOT IN (SELECT dept FROM emp)").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT name FROM dept d WHERE NOT EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id)").await,
+        ["empty"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT name, (SELECT COUNT(*) FROM emp x WHERE x.pay > emp.pay) FROM emp ORDER BY id").await,
+        ["ann,0", "bob,2", "cy,1", "dee,3"]
+    );
+    assert_eq!(rows(&mut c, "SELECT name FROM emp WHERE pay >= ALL (SELECT pay FROM emp)").await, ["ann"]);
+    assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM emp WHERE pay < ANY (SELECT pay FROM emp)").await, ["3"]);
+    assert_eq!(code_of(c.query_drop("SELECT (SELECT id FROM emp)").await), 1242);
+    assert_eq!(code_of(c.query_drop("SELECT 1 IN (SELECT id, name FROM emp)").await), 1241);
+
+    // Set operations, derived tables, DISTINCT aggregates.
+    assert_eq!(
+        rows(&mut c, "SELECT dept FROM emp UNION SELECT id FROM dept ORDER BY 1").await,
+        ["NULL", "1", "2", "3"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT COUNT(*) FROM (SELECT dept FROM emp UNION ALL SELECT id FROM dept) AS u").await,
+        ["7"]
+    );
+    assert_eq!(code_of(c.query_drop("SELECT 1 UNION SELECT 1, 2").await), 1222);
+    assert_eq!(rows(&mut c, "SELECT t.n FROM (SELECT name AS n, pay FROM emp) AS t WHERE t.pay < 80").await, ["dee"]);
+    assert_eq!(code_of(c.query_drop("SELECT * FROM (SELECT 1)").await), 1248);
+    assert_eq!(rows(&mut c, "SELECT COUNT(DISTINCT dept), SUM(DISTINCT dept) FROM emp").await, ["2,3"]);
+
+    // Views: stored queries over the view's database, in SHOW TABLES, read-only.
+    c.query_drop("CREATE VIEW rich AS SELECT name, pay FROM emp WHERE pay >= 90").await.unwrap();
+    assert_eq!(code_of(c.query_drop("CREATE VIEW rich AS SELECT 1").await), 1050);
+    assert_eq!(code_of(c.query_drop("CREATE VIEW emp AS SELECT 1").await), 1050);
+    assert_eq!(code_of(c.query_drop("CREATE VIEW bad AS SELECT nosuch FROM emp").await), 1054);
+    c.query_drop("CREATE DATABASE other").await.unwrap();
+    c.query_drop("USE other").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT name FROM q.rich ORDER BY pay").await, ["cy", "ann"]);
+    c.query_drop("USE q").await.unwrap();
+    c.query_drop("CREATE VIEW richest (who) AS SELECT name FROM rich WHERE pay = (SELECT MAX(pay) FROM emp)")
+        .await
+        .unwrap();
+    assert_eq!(rows(&mut c, "SELECT who FROM richest").await, ["ann"]);
+    assert_eq!(
+        rows(&mut c, "SHOW FULL TABLES").await,
+        ["dept,BASE TABLE", "emp,BASE TABLE", "rich,VIEW", "richest,VIEW"]
+    );
+    assert_eq!(code_of(c.query_drop("INSERT INTO rich VALUES ('x', 1)").await), 1146);
+    assert_eq!(code_of(c.query_drop("DROP VIEW emp").await), 1347);
+    c.query_drop("DROP VIEW richest, rich").await.unwrap();
+    assert_eq!(code_of(c.query_drop("DROP VIEW rich").await), 1051);
+    c.query_drop("DROP VIEW IF EXISTS rich").await.unwrap();
+
+    // INSERT ... SELECT.
+    c.query_drop("CREATE TABLE pay_copy (name VARCHAR(20) PRIMARY KEY, pay INT)").await.unwrap();
+    c.query_drop("INSERT INTO pay_copy SELECT e.name, e.pay FROM emp e JOIN dept d ON e.dept = d.id").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT SUM(pay) FROM pay_copy").await, ["270"]);
+    assert_eq!(code_of(c.query_drop("INSERT INTO pay_copy SELECT id FROM emp").await), 1136);
+
+    // Unsupported SQL is a clear 1235, and the connection stays usable.
+    assert_eq!(code_of(c.query_drop("SELECT * FROM emp JOIN dept USING (id)").await), 1235);
+    assert_eq!(code_of(c.query_drop("WITH x AS (SELECT 1) SELECT * FROM x").await), 1235);
+    assert_eq!(rows(&mut c, "SELECT 1").await, ["1"]);
+    c.query_drop("DROP DATABASE q").await.unwrap();
+    c.query_drop("DROP DATABASE other").await.unwrap();
+}
