@@ -1,6 +1,7 @@
 //! `shoal`: run a local cluster, look at it, operate it, load it.
 
 mod bench;
+mod health;
 mod local;
 mod status;
 mod up;
@@ -31,6 +32,8 @@ enum Cmd {
         #[command(subcommand)]
         action: NodeAction,
     },
+    /// Exit 0 if node ID of a cluster config is really serving, else 1 (container health checks).
+    Health(health::HealthArgs),
     /// Load generators.
     Bench {
         #[command(subcommand)]
@@ -73,6 +76,7 @@ fn main() {
         Cmd::Up(a) => up::run(a),
         Cmd::Status(a) => runtime().and_then(|rt| rt.block_on(status::run(a))),
         Cmd::Node { action } => node(action),
+        Cmd::Health(a) => runtime().and_then(|rt| rt.block_on(health::run(a))),
         Cmd::Bench { kind: BenchKind::Kv(a) } => runtime().and_then(|rt| rt.block_on(bench::run_kv(a))),
     };
     if let Err(e) = result {
