@@ -3,6 +3,7 @@
 //! and retries transparently on stale epochs, moved primaries and failed nodes until the
 //! request's deadline. The SQL node, the CLI, the benchmarks and the tests all use it.
 
+mod txn;
 pub mod batcher;
 pub mod mgmd;
 
@@ -23,6 +24,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
 pub use batcher::Batcher;
+pub use txn::{LockMode, Transaction};
 pub use mgmd::MgmdPool;
 pub use shoal_proto::{Column, ColumnType};
 

@@ -15,6 +15,7 @@ pub mod service;
 pub mod storage;
 pub mod sync;
 pub mod transport;
+pub mod txn;
 
 #[cfg(test)]
 mod sim_tests;
@@ -130,6 +131,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(id = me.id, incarnation = node.incarnation, "datanode {} listening on {}", me.id, me.addr);
     tokio::spawn(mgmd_link::heartbeat_loop(node.clone(), link.clone(), std::process::id(), loaded));
     tokio::spawn(durability::lcp_loop(node.clone()));
+    tokio::spawn(txn::sweeper(node.clone()));
     tokio::spawn(mgmd_link::watch_loop(node.clone(), link.clone()));
     tokio::spawn(mgmd_link::report_loop(node.clone(), link.clone(), report_rx));
 

@@ -75,6 +75,8 @@ pub struct Node {
     pub failure_reports: mpsc::Sender<(NodeId, String)>,
     /// Redo log, GCI clock, checkpoints.
     pub durability: Durability,
+    /// Transactions this node takes part in or coordinates.
+    pub txns: crate::txn::Txns,
 }
 
 impl Node {
@@ -104,6 +106,7 @@ impl Node {
             lease_until_ns: AtomicU64::new(0),
             refresh: Notify::new(),
             durability,
+            txns: crate::txn::Txns::default(),
         })
     }
 
@@ -392,6 +395,8 @@ async fn activate(node: Arc<Node>, partition: PartitionId, term: Epoch) {
         }
         match crate::replication::replicate(&node, &map, crate::replication::BARRIER_TABLE, pa, 0, vec![]).await {
             Ok(()) => {
+                // Prepared transactions kept as a backup are this primary's to finish.
+                crate::txn::adopt_prepared(&node, partition, term).await;
                 node.mark_active(partition, term);
                 tracing::debug!(partition, term, "primary activated");
                 break;

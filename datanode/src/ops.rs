@@ -39,11 +39,11 @@ pub struct Op {
     pub columns: Vec<u32>,
 }
 
-fn table_of(map: &ClusterState, id: TableId) -> Result<&Table, ShoalError> {
+pub fn table_of(map: &ClusterState, id: TableId) -> Result<&Table, ShoalError> {
     map.table_by_id(id).ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table id {id} does not exist")))
 }
 
-fn check_routing(table: &Table, key: &[Value], partition: PartitionId) -> Result<(), ShoalError> {
+pub fn check_routing(table: &Table, key: &[Value], partition: PartitionId) -> Result<(), ShoalError> {
     let owner = codec::partition_of_key(table, key);
     if owner != partition {
         return Err(ShoalError::new(
@@ -78,40 +78,23 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>
     data.map(|d| decode_row(table, &d)).transpose()
 }
 
-/// Executes one write as primary and returns the GCI it was committed in. Must run to
-/// completion once replication started (the caller spawns it), so a vanished client cannot
-/// leave replicas disagreeing.
-pub async fn write(node: Arc<Node>, op: Op) -> Result<u64, ShoalError> {
-    let map = node.map();
-    let table = table_of(&map, op.table)?;
-    let pa = map
-        .partition(op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
-    node.check_primary(&map, pa)?;
-    let part = node
-        .partition(op.table, op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    node.check_active(&part, pa)?;
-
-    let mut full_row = None;
-    let mut update_values = op.row;
+/// Checks a write's row (insert, upsert: replaced by the checked, coerced row) and returns
+/// the encoded primary key it addresses, with the key's values.
+pub fn check_write(table: &Table, op: &mut Op) -> Result<(Vec<u8>, Vec<Value>), ShoalError> {
     let key_values = match op.kind {
         OpKind::Insert | OpKind::Upsert => {
-            let row = check_row(table, std::mem::take(&mut update_values))?;
-            let key = table.key_of(&row);
-            full_row = Some(row);
-            key
+            op.row = check_row(table, std::mem::take(&mut op.row))?;
+            table.key_of(&op.row)
         }
-        OpKind::Update | OpKind::Delete => op.key,
-        OpKind::Read => return Err(ShoalError::internal("read sent down the write path")),
+        OpKind::Update | OpKind::Delete | OpKind::Read => op.key.clone(),
     };
-    let (key, key_values) = encode_key(table, key_values)?;
-    check_routing(table, &key_values, op.partition)?;
+    encode_key(table, key_values)
+}
 
-    let _row_lock = part.lock_row(&key, node.timing.lock_wait).await?;
-    let current = part.store.lock().get(&key).map(|s| s.data.to_vec());
-    let old_charge = current.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
-    let data = match op.kind {
+/// The row image a write leaves, from the row's current committed (or, in a transaction,
+/// pending) image: None = deleted. `op` went through [`check_write`].
+pub fn new_image(table: &Table, op: Op, current: Option<Vec<u8>>) -> Result<Option<Vec<u8>>, ShoalError> {
+    match op.kind {
         OpKind::Insert => {
             if current.is_some() {
                 return Err(ShoalError::new(
@@ -119,19 +102,19 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<u64, ShoalError> {
                     format!("duplicate key in table {}", table.name()),
                 ));
             }
-            Some(encode_row(table, full_row.as_deref().unwrap_or_default())?)
+            Ok(Some(encode_row(table, &op.row)?))
         }
-        OpKind::Upsert => Some(encode_row(table, full_row.as_deref().unwrap_or_default())?),
+        OpKind::Upsert => Ok(Some(encode_row(table, &op.row)?)),
         OpKind::Update => {
             let cur = current.ok_or_else(|| ShoalError::new(ErrorCode::KeyNotFound, "no row with that key"))?;
             let mut values = decode_row(table, &cur)?;
-            if op.columns.len() != update_values.len() {
+            if op.columns.len() != op.row.len() {
                 return Err(ShoalError::new(
                     ErrorCode::InvalidArgument,
                     "update names a different number of columns and values",
                 ));
             }
-            for (&c, v) in op.columns.iter().zip(update_values) {
+            for (&c, v) in op.columns.iter().zip(op.row) {
                 let col = table
                     .columns()
                     .get(c as usize)
@@ -144,16 +127,41 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<u64, ShoalError> {
                 }
                 values[c as usize] = coerce(col, v)?;
             }
-            Some(encode_row(table, &values)?)
+            Ok(Some(encode_row(table, &values)?))
         }
         OpKind::Delete => {
             if current.is_none() {
                 return Err(ShoalError::new(ErrorCode::KeyNotFound, "no row with that key"));
             }
-            None
+            Ok(None)
         }
-        OpKind::Read => None,
-    };
+        OpKind::Read => Err(ShoalError::internal("read sent down the write path")),
+    }
+}
+
+/// Executes one write as primary and returns the GCI it was committed in. Must run to
+/// completion once replication started (the caller spawns it), so a vanished client cannot
+/// leave replicas disagreeing.
+pub async fn write(node: Arc<Node>, mut op: Op) -> Result<u64, ShoalError> {
+    let map = node.map();
+    let table = table_of(&map, op.table)?;
+    let pa = map
+        .partition(op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
+    node.check_primary(&map, pa)?;
+    let part = node
+        .partition(op.table, op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    node.check_active(&part, pa)?;
+
+    let (key, key_values) = check_write(table, &mut op)?;
+    check_routing(table, &key_values, op.partition)?;
+    let (table_id, partition) = (op.table, op.partition);
+
+    let _row_lock = part.lock_row(&key, node.timing.lock_wait).await?;
+    let current = part.store.lock().get(&key).map(|s| s.data.to_vec());
+    let old_charge = current.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
+    let data = new_image(table, op, current)?;
 
     // Only growth needs room: a full node still takes updates that do not grow rows, and deletes.
     let new_charge = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
@@ -166,7 +174,7 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<u64, ShoalError> {
     }
     // The commit point: from here the write belongs to global checkpoint `stamp.gci`, and that
     // checkpoint cannot complete before the write is applied and logged on every replica.
-    let stamp = match node.durability.begin_commit(op.partition).await {
+    let stamp = match node.durability.begin_commit(partition).await {
         Ok(s) => s,
         Err(e) => {
             node.budget.release(reserved);
@@ -176,13 +184,13 @@ pub async fn write(node: Arc<Node>, op: Op) -> Result<u64, ShoalError> {
     let gci = stamp.gci;
     let image = Image { key, data, seq: part.next_seq() };
     let inflight = part.enter_write(map.epoch);
-    if let Err(e) = replication::replicate(&node, &map, op.table, pa, gci, vec![image.clone()]).await {
+    if let Err(e) = replication::replicate(&node, &map, table_id, pa, gci, vec![image.clone()]).await {
         node.budget.release(reserved);
         return Err(e);
     }
     {
         let mut store = part.store.lock();
-        node.durability.log(gci, op.table, op.partition, &image);
+        node.durability.log(gci, table_id, partition, &image);
         match image.data {
             Some(d) => store.put_reserved(&image.key, d, image.seq, reserved),
             None => {

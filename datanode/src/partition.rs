@@ -74,10 +74,6 @@ impl Partition {
         self.active_term.fetch_max(term, Ordering::AcqRel);
     }
 
-    pub async fn lock_row(&self, key: &[u8], wait: Duration) -> Result<RowGuard<'_>, ShoalError> {
-        self.locks.lock(key, wait).await
-    }
-
     pub fn enter_write(&self, epoch: Epoch) -> InflightGuard<'_> {
         *self.inflight.lock().entry(epoch).or_default() += 1;
         InflightGuard { part: self, epoch }
@@ -106,51 +102,147 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-/// Exclusive row locks held by a primary from the read of a row's current image until every
-/// replica has the new one, so two writes to one row are never in flight at once.
-#[derive(Default)]
-struct RowLocks {
-    held: Mutex<HashMap<Box<[u8]>, Arc<Notify>>>,
+/// Who holds a row lock: a transaction (its id) or a single autocommit write (a fresh id
+/// from the same space, see [`Partition::lock_row`]).
+pub type LockOwner = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    Shared,
+    Exclusive,
 }
 
+struct LockEntry {
+    mode: LockMode,
+    owners: Vec<LockOwner>,
+    released: Arc<Notify>,
+}
+
+/// Row locks of one partition replica at its primary: shared or exclusive, held by an owner
+/// until it releases them (a transaction: at commit or abort; an autocommit write: when every
+/// replica has the new image, so two writes to one row are never in flight at once). A waiter
+/// gives up after its wait time with LOCK_WAIT_TIMEOUT, which also breaks deadlocks.
+#[derive(Default)]
+struct RowLocks {
+    held: Mutex<HashMap<Box<[u8]>, LockEntry>>,
+}
+
+/// An autocommit write's exclusive lock, released on drop.
 pub struct RowGuard<'a> {
     locks: &'a RowLocks,
     key: Box<[u8]>,
+    owner: LockOwner,
 }
 
+/// Autocommit owners count down from the top of the id space; transaction ids count up.
+static NEXT_AUTOCOMMIT_OWNER: AtomicU64 = AtomicU64::new(u64::MAX);
+
 impl RowLocks {
-    async fn lock(&self, key: &[u8], wait: Duration) -> Result<RowGuard<'_>, ShoalError> {
+    /// Takes (or upgrades to) `mode` on `key` for `owner`. Re-entrant. Returns whether the
+    /// owner did not hold the row before (it must release it once).
+    async fn lock(&self, key: &[u8], owner: LockOwner, mode: LockMode, wait: Duration) -> Result<bool, ShoalError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let notify = {
+            let released = {
                 let mut held = self.held.lock();
-                match held.get(key) {
+                match held.get_mut(key) {
                     None => {
-                        held.insert(key.into(), Arc::new(Notify::new()));
-                        return Ok(RowGuard { locks: self, key: key.into() });
+                        let entry = LockEntry { mode, owners: vec![owner], released: Arc::new(Notify::new()) };
+                        held.insert(key.into(), entry);
+                        return Ok(true);
                     }
-                    Some(n) => n.clone(),
+                    Some(e) => {
+                        let mine = e.owners.contains(&owner);
+                        let alone = e.owners.len() == 1 && mine;
+                        match (e.mode, mode) {
+                            (LockMode::Shared, LockMode::Shared) => {
+                                if !mine {
+                                    e.owners.push(owner);
+                                }
+                                return Ok(!mine);
+                            }
+                            (LockMode::Exclusive, _) if mine => return Ok(false),
+                            (LockMode::Shared, LockMode::Exclusive) if alone => {
+                                e.mode = LockMode::Exclusive;
+                                return Ok(false);
+                            }
+                            _ => e.released.clone(),
+                        }
+                    }
                 }
             };
             // Register before re-checking, so a release between the check and the wait is seen.
-            let notified = notify.notified();
+            let notified = released.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !self.held.lock().get(key).is_some_and(|n| Arc::ptr_eq(n, &notify)) {
+            let changed = self.held.lock().get(key).is_none_or(|e| !Arc::ptr_eq(&e.released, &released));
+            if changed {
                 continue;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(ShoalError::new(ErrorCode::Timeout, "row lock wait timed out"));
+                return Err(ShoalError::new(ErrorCode::LockWaitTimeout, "lock wait timed out; run the transaction again"));
             }
         }
+    }
+
+    fn unlock(&self, key: &[u8], owner: LockOwner) {
+        let mut held = self.held.lock();
+        let Some(e) = held.get_mut(key) else { return };
+        e.owners.retain(|&o| o != owner);
+        if e.owners.is_empty() {
+            if let Some(e) = held.remove(key) {
+                e.released.notify_waiters();
+            }
+        } else {
+            // A waiting upgrade may now be alone.
+            e.released.notify_waiters();
+            e.released = Arc::new(Notify::new());
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.held.lock().len()
+    }
+}
+
+impl Partition {
+    /// Locks `key` for an autocommit write (exclusive, released when the guard drops). A wait
+    /// that runs out is a TIMEOUT, which the client retries within its deadline.
+    pub async fn lock_row(&self, key: &[u8], wait: Duration) -> Result<RowGuard<'_>, ShoalError> {
+        let owner = NEXT_AUTOCOMMIT_OWNER.fetch_sub(1, Ordering::Relaxed);
+        match self.locks.lock(key, owner, LockMode::Exclusive, wait).await {
+            Ok(_) => Ok(RowGuard { locks: &self.locks, key: key.into(), owner }),
+            Err(e) if e.code == ErrorCode::LockWaitTimeout => {
+                Err(ShoalError::new(ErrorCode::Timeout, "row lock wait timed out"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Locks `key` for a transaction; see [`RowLocks::lock`].
+    pub async fn lock_for(
+        &self,
+        key: &[u8],
+        owner: LockOwner,
+        mode: LockMode,
+        wait: Duration,
+    ) -> Result<bool, ShoalError> {
+        self.locks.lock(key, owner, mode, wait).await
+    }
+
+    pub fn unlock_for(&self, key: &[u8], owner: LockOwner) {
+        self.locks.unlock(key, owner);
+    }
+
+    /// Rows locked now.
+    pub fn locked_rows(&self) -> usize {
+        self.locks.count()
     }
 }
 
 impl Drop for RowGuard<'_> {
     fn drop(&mut self) {
-        if let Some(n) = self.locks.held.lock().remove(&self.key) {
-            n.notify_waiters();
-        }
+        self.locks.unlock(&self.key, self.owner);
     }
 }
 
@@ -168,6 +260,32 @@ mod tests {
         let _other = p.lock_row(b"j", Duration::from_millis(10)).await.unwrap();
         drop(g);
         p.lock_row(b"k", Duration::from_millis(10)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn shared_locks_share_and_exclusive_waits_for_all() {
+        let p = Arc::new(Partition::new(1, 0, MemoryBudget::new(1 << 20)));
+        let ms = Duration::from_millis;
+        assert!(p.lock_for(b"k", 1, LockMode::Shared, ms(10)).await.unwrap());
+        assert!(p.lock_for(b"k", 2, LockMode::Shared, ms(10)).await.unwrap());
+        // Re-entrant, and a shared holder cannot upgrade while another shares it.
+        assert!(!p.lock_for(b"k", 1, LockMode::Shared, ms(10)).await.unwrap());
+        let e = p.lock_for(b"k", 1, LockMode::Exclusive, ms(20)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::LockWaitTimeout);
+        let e = p.lock_for(b"k", 3, LockMode::Exclusive, ms(20)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::LockWaitTimeout);
+        // Once the other sharer leaves, the upgrade goes through.
+        let p2 = p.clone();
+        let upgrade = tokio::spawn(async move { p2.lock_for(b"k", 1, LockMode::Exclusive, ms(2000)).await });
+        tokio::time::sleep(ms(20)).await;
+        p.unlock_for(b"k", 2);
+        assert!(!upgrade.await.unwrap().unwrap());
+        // Exclusive blocks readers that lock, until released.
+        let e = p.lock_for(b"k", 4, LockMode::Shared, ms(20)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::LockWaitTimeout);
+        p.unlock_for(b"k", 1);
+        assert!(p.lock_for(b"k", 4, LockMode::Shared, ms(10)).await.unwrap());
+        assert_eq!(p.locked_rows(), 1);
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use shoal_proto::{ClusterState, ErrorCode, NodeId, PartitionAssignment, ShoalErr
 
 use crate::node::Node;
 use crate::storage::Image;
-use crate::transport::Replicate;
+use crate::transport::{Replicate, TxnStep, TxnTag};
 
 /// Table id of an activation barrier: a message with no rows that a new primary sends to every
 /// other replica (see `node::apply_map`). Real tables start at 1.
@@ -36,6 +36,19 @@ pub async fn replicate(
     gci: u64,
     images: Vec<Image>,
 ) -> Result<(), ShoalError> {
+    replicate_txn(node, map, table, pa, gci, images, None).await
+}
+
+/// Like [`replicate`], for a transaction's images (see [`TxnTag`]).
+pub async fn replicate_txn(
+    node: &Node,
+    map: &ClusterState,
+    table: TableId,
+    pa: &PartitionAssignment,
+    gci: u64,
+    images: Vec<Image>,
+    txn: Option<TxnTag>,
+) -> Result<(), ShoalError> {
     let msg = Replicate {
         from: node.id,
         table,
@@ -44,6 +57,7 @@ pub async fn replicate(
         epoch: map.epoch,
         gci,
         images,
+        txn,
     };
     let targets = pa.replicas.iter().map(|r| r.node_id).filter(|&n| n != node.id);
     let sends = targets.map(|to| send_to(node, to, pa, msg.clone()));
@@ -119,6 +133,18 @@ pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
     let newest = part.raise_term(pa.primary_term);
     if req.primary_term < newest || pa.primary != Some(req.from) {
         return Err(ShoalError::stale_epoch(map.epoch, req.epoch));
+    }
+    match req.txn.map(|t| (t, t.step)) {
+        Some((t, TxnStep::Prepare)) => {
+            node.txns.keep_prepared(t.id, t.tc, req.table, req.partition, req.images);
+            return Ok(());
+        }
+        Some((t, TxnStep::Abort)) => {
+            node.txns.drop_prepared(t.id, req.table, req.partition);
+            return Ok(());
+        }
+        Some((t, TxnStep::Commit)) => node.txns.drop_prepared(t.id, req.table, req.partition),
+        None => {}
     }
     let mut store = part.store.lock();
     for img in req.images {

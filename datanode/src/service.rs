@@ -191,6 +191,92 @@ impl DataNode for Service {
         }))
     }
 
+    async fn txn_execute(
+        &self,
+        req: Request<pb::TxnExecuteRequest>,
+    ) -> Result<Response<pb::TxnExecuteResponse>, Status> {
+        let req = req.into_inner();
+        if req.ops.len() > MAX_BATCH_OPS {
+            let e = ShoalError::new(ErrorCode::TooLarge, format!("a batch holds at most {MAX_BATCH_OPS} operations"));
+            return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+        }
+        if let Err(e) = self.node.ensure_epoch(req.epoch).await {
+            return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+        }
+        let mut ops = Vec::with_capacity(req.ops.len());
+        let mut bad = vec![];
+        for (i, op) in req.ops.into_iter().enumerate() {
+            let lock = match pb::LockMode::try_from(req.locks.get(i).copied().unwrap_or(0)) {
+                Ok(pb::LockMode::None) => None,
+                Ok(pb::LockMode::Shared) => Some(crate::partition::LockMode::Shared),
+                Ok(pb::LockMode::Exclusive) => Some(crate::partition::LockMode::Exclusive),
+                Err(_) => {
+                    bad.push(i);
+                    None
+                }
+            };
+            match op_from_pb(op) {
+                Ok(op) => ops.push(crate::txn::TxnOp { op, lock }),
+                Err(e) => {
+                    return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+                }
+            }
+        }
+        if !bad.is_empty() {
+            let e = ShoalError::new(ErrorCode::InvalidArgument, format!("unknown lock mode at operations {bad:?}"));
+            return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+        }
+        // In its own task: locks taken must be recorded even if the caller goes away.
+        let node = self.node.clone();
+        let (txn, tc) = (req.txn_id, req.tc);
+        let results = tokio::spawn(async move { crate::txn::execute(&node, txn, tc, ops).await })
+            .await
+            .map_err(|e| Status::internal(format!("transaction task failed: {e}")))?;
+        let holds = results.iter().map(|(_, h)| *h).collect();
+        Ok(Response::new(pb::TxnExecuteResponse {
+            error: None,
+            results: results.into_iter().map(|(r, _)| result_to_pb((r, 0))).collect(),
+            holds,
+        }))
+    }
+
+    async fn txn_commit(&self, req: Request<pb::TxnCommitRequest>) -> Result<Response<pb::TxnCommitResponse>, Status> {
+        let req = req.into_inner();
+        let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
+        let node = self.node.clone();
+        // The decision must be carried out even if the client hangs up.
+        let r = tokio::spawn(async move { crate::txn::commit_as_tc(&node, req.txn_id, parts, req.rollback).await })
+            .await
+            .map_err(|e| Status::internal(format!("commit task failed: {e}")))?;
+        Ok(Response::new(match r {
+            Ok(gci) => pb::TxnCommitResponse { error: None, gci },
+            Err(e) => pb::TxnCommitResponse { error: Some(e.into()), gci: 0 },
+        }))
+    }
+
+    async fn txn_control(
+        &self,
+        req: Request<pb::TxnControlRequest>,
+    ) -> Result<Response<pb::TxnControlResponse>, Status> {
+        let req = req.into_inner();
+        if let Err(e) = self.node.ensure_epoch(req.epoch).await {
+            return Ok(Response::new(pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 }));
+        }
+        let phase = pb::TxnPhase::try_from(req.phase).unwrap_or_default();
+        let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
+        let node = self.node.clone();
+        let r = tokio::spawn(async move {
+            crate::txn::handle_control(&node, phase, req.txn_id, req.tc, req.gci, &parts, req.one_phase).await
+        })
+        .await
+        .map_err(|e| Status::internal(format!("transaction step failed: {e}")))?;
+        Ok(Response::new(match r {
+            Ok(Some(gci)) => pb::TxnControlResponse { error: None, committed: true, gci },
+            Ok(None) => pb::TxnControlResponse { error: None, committed: false, gci: 0 },
+            Err(e) => pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 },
+        }))
+    }
+
     async fn gcp(&self, req: Request<pb::GcpRequest>) -> Result<Response<pb::GcpResponse>, Status> {
         let req = req.into_inner();
         let answer = |r: Result<bool, ShoalError>| {

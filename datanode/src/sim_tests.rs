@@ -54,6 +54,20 @@ impl Transport for SimTransport {
     }
 
     fn update_peers(&self, _map: &shoal_proto::ClusterState) {}
+
+    fn txn_control(
+        &self,
+        to: NodeId,
+        req: shoal_proto::pb::TxnControlRequest,
+    ) -> BoxFuture<Result<Option<u64>, ShoalError>> {
+        let target = self.reach(to);
+        Box::pin(async move {
+            let target = target?;
+            let phase = shoal_proto::pb::TxnPhase::try_from(req.phase).unwrap_or_default();
+            let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
+            crate::txn::handle_control(&target, phase, req.txn_id, req.tc, req.gci, &parts, req.one_phase).await
+        })
+    }
 }
 
 struct Sim {

@@ -37,7 +37,7 @@ pub async fn copy_out(node: Arc<Node>, req: CopyRequest, tx: mpsc::Sender<Result
 }
 
 async fn copy_rows(
-    node: &Node,
+    node: &Arc<Node>,
     req: CopyRequest,
     tx: &mpsc::Sender<Result<Vec<Image>, ShoalError>>,
 ) -> Result<(), ShoalError> {
@@ -64,6 +64,8 @@ async fn copy_rows(
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    // Transactions prepared before the new replica joined: it must hold their images too.
+    crate::txn::push_prepared(node, req.table, req.partition, req.to).await?;
     let cursor = CursorGuard::open(part);
     let mut at = Some(0u32);
     while let Some(begin) = at {

@@ -18,6 +18,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::storage::Image;
 
+/// How long one transaction control call may take (PREPARE and COMMIT replicate to backups).
+const TXN_CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// Chunks of a partition copy; the sender ends the stream after the last chunk.
 pub type CopyStream = mpsc::Receiver<Result<Vec<Image>, ShoalError>>;
@@ -34,6 +37,27 @@ pub struct Replicate {
     /// The global checkpoint the write belongs to (0 for barriers).
     pub gci: u64,
     pub images: Vec<Image>,
+    /// Images of a transaction, and what to do with them (None: apply, as for a single write).
+    pub txn: Option<TxnTag>,
+}
+
+/// What a replica does with a transaction's images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnStep {
+    /// Keep them aside (not visible): if the primary fails, the promoted replica finishes the
+    /// transaction from them.
+    Prepare,
+    /// Apply them (with the message's GCI) and forget the kept ones.
+    Commit,
+    /// Forget the kept ones.
+    Abort,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnTag {
+    pub id: u64,
+    pub tc: NodeId,
+    pub step: TxnStep,
 }
 
 /// A request to copy one partition to a starting node.
@@ -54,6 +78,8 @@ pub trait Transport: Send + Sync + 'static {
     fn copy(&self, from: NodeId, req: CopyRequest) -> BoxFuture<Result<CopyStream, ShoalError>>;
     /// Learns peer addresses from a new map.
     fn update_peers(&self, map: &ClusterState);
+    /// Sends a transaction control step (see `txn.rs`). Ok(Some(gci)): a committed outcome.
+    fn txn_control(&self, to: NodeId, req: pb::TxnControlRequest) -> BoxFuture<Result<Option<u64>, ShoalError>>;
 }
 
 // ----- conversions (the gRPC edge of replication and copy) -----
@@ -80,6 +106,13 @@ fn replicate_to_pb(m: &Replicate) -> pb::ReplicateRequest {
         rows: m.images.iter().map(image_to_pb).collect(),
         epoch: m.epoch,
         gci: m.gci,
+        txn_id: m.txn.map_or(0, |t| t.id),
+        txn_phase: m.txn.map_or(pb::TxnPhase::Unspecified, |t| match t.step {
+            TxnStep::Prepare => pb::TxnPhase::Prepare,
+            TxnStep::Commit => pb::TxnPhase::Commit,
+            TxnStep::Abort => pb::TxnPhase::Abort,
+        }) as i32,
+        txn_tc: m.txn.map_or(0, |t| t.tc),
     }
 }
 
@@ -92,6 +125,12 @@ pub fn replicate_from_pb(r: pb::ReplicateRequest) -> Replicate {
         epoch: r.epoch,
         gci: r.gci,
         images: r.rows.into_iter().map(image_from_pb).collect(),
+        txn: match pb::TxnPhase::try_from(r.txn_phase) {
+            Ok(pb::TxnPhase::Prepare) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Prepare }),
+            Ok(pb::TxnPhase::Commit) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Commit }),
+            Ok(pb::TxnPhase::Abort) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Abort }),
+            _ => None,
+        },
     }
 }
 
@@ -166,6 +205,20 @@ fn unreachable(id: NodeId, what: impl std::fmt::Display) -> ShoalError {
 }
 
 impl Transport for GrpcTransport {
+    fn txn_control(&self, to: NodeId, req: pb::TxnControlRequest) -> BoxFuture<Result<Option<u64>, ShoalError>> {
+        let peer = self.peer(to);
+        Box::pin(async move {
+            let mut client = peer?.client.clone();
+            let call = tokio::time::timeout(TXN_CONTROL_TIMEOUT, client.txn_control(req));
+            let resp = match call.await {
+                Err(_) => return Err(unreachable(to, "no answer")),
+                Ok(r) => r.map_err(|s| unreachable(to, s.message()))?.into_inner(),
+            };
+            shoal_proto::convert::check(resp.error)?;
+            Ok(resp.committed.then_some(resp.gci))
+        })
+    }
+
     fn replicate(&self, to: NodeId, msg: Replicate) -> BoxFuture<Result<(), ShoalError>> {
         let peer = self.peer(to);
         Box::pin(async move {

@@ -25,6 +25,9 @@ pub enum ErrorCode {
     Overloaded,
     NullViolation,
     DiskError,
+    LockWaitTimeout,
+    TxnAborted,
+    TooManyLocks,
 }
 
 impl ErrorCode {
@@ -50,6 +53,9 @@ impl ErrorCode {
             ErrorCode::Overloaded => P::Overloaded,
             ErrorCode::NullViolation => P::NullViolation,
             ErrorCode::DiskError => P::DiskError,
+            ErrorCode::LockWaitTimeout => P::LockWaitTimeout,
+            ErrorCode::TxnAborted => P::TxnAborted,
+            ErrorCode::TooManyLocks => P::TooManyLocks,
         }) as i32
     }
 
@@ -74,6 +80,9 @@ impl ErrorCode {
             P::Overloaded => ErrorCode::Overloaded,
             P::NullViolation => ErrorCode::NullViolation,
             P::DiskError => ErrorCode::DiskError,
+            P::LockWaitTimeout => ErrorCode::LockWaitTimeout,
+            P::TxnAborted => ErrorCode::TxnAborted,
+            P::TooManyLocks => ErrorCode::TooManyLocks,
         }
     }
 
@@ -98,6 +107,9 @@ impl ErrorCode {
             ErrorCode::Overloaded => "OVERLOADED",
             ErrorCode::NullViolation => "NULL_VIOLATION",
             ErrorCode::DiskError => "DISK_ERROR",
+            ErrorCode::LockWaitTimeout => "LOCK_WAIT_TIMEOUT",
+            ErrorCode::TxnAborted => "TXN_ABORTED",
+            ErrorCode::TooManyLocks => "TOO_MANY_LOCKS",
         }
     }
 

@@ -1,0 +1,279 @@
+//! Client side of transactions (see `datanode/src/txn.rs` for the protocol).
+//!
+//! `Client::begin` opens a transaction; its operations go straight to the primary of each
+//! one's partition (batched per data node) and take row locks there; `commit` asks the
+//! coordinator — the primary of the first partition the transaction touched — to commit
+//! everything, atomically across partitions and node groups. A dropped transaction that was
+//! not committed is rolled back in the background.
+//!
+//! Errors a caller should answer by running the whole transaction again: TXN_ABORTED (a
+//! failure or timeout rolled it back) and LOCK_WAIT_TIMEOUT (a lock was not granted in time,
+//! also how deadlocks are broken; the transaction is still open and may be rolled back).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use shoal_proto::convert::{check, values_from_pb};
+use shoal_proto::pb;
+use shoal_proto::{ErrorCode, NodeId, PartitionId, ShoalError, TableId};
+
+use crate::{Client, Durability, KeyOp, OpOutcome, Result, Row};
+
+/// The lock a read takes in a transaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LockMode {
+    /// READ COMMITTED, no lock (writes always lock exclusively).
+    #[default]
+    None,
+    /// `LOCK IN SHARE MODE`.
+    Shared,
+    /// `FOR UPDATE`.
+    Exclusive,
+}
+
+pub struct Transaction {
+    client: Client,
+    id: u64,
+    /// The coordinator, chosen at the first operation.
+    tc: Option<NodeId>,
+    /// Partitions where the transaction holds work or locks, and the node holding them: if the
+    /// partition's primary changes, that work is gone and the transaction must abort (running
+    /// on at the new primary would act on reads whose locks were lost).
+    parts: BTreeMap<(TableId, PartitionId), NodeId>,
+    finished: bool,
+}
+
+fn aborted(why: impl Into<String>) -> ShoalError {
+    ShoalError::new(ErrorCode::TxnAborted, why.into())
+}
+
+impl Client {
+    /// Opens a transaction.
+    pub fn begin(&self) -> Transaction {
+        let n = self.inner.hidden_next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Ids count up from a random 31-bit prefix; single writes' lock owners count down from
+        // u64::MAX, so the two never meet.
+        let id = (self.inner.hidden_prefix >> 1) | (n & 0xffff_ffff);
+        Transaction { client: self.clone(), id, tc: None, parts: BTreeMap::new(), finished: false }
+    }
+}
+
+impl Transaction {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Reads a row, taking `lock` on it.
+    pub async fn get(&mut self, table: &str, key: Row, lock: LockMode) -> Result<Option<Row>> {
+        self.one(KeyOp::Read { table: table.into(), key }, lock).await
+    }
+
+    pub async fn insert(&mut self, table: &str, row: Row) -> Result<()> {
+        self.one(KeyOp::Insert { table: table.into(), row }, LockMode::None).await.map(|_| ())
+    }
+
+    pub async fn upsert(&mut self, table: &str, row: Row) -> Result<()> {
+        self.one(KeyOp::Upsert { table: table.into(), row }, LockMode::None).await.map(|_| ())
+    }
+
+    /// Sets `columns` (by position) to `values` in the row with primary key `key`.
+    pub async fn update(&mut self, table: &str, key: Row, columns: Vec<u32>, values: Row) -> Result<()> {
+        self.one(KeyOp::Update { table: table.into(), key, columns, values }, LockMode::None).await.map(|_| ())
+    }
+
+    pub async fn delete(&mut self, table: &str, key: Row) -> Result<()> {
+        self.one(KeyOp::Delete { table: table.into(), key }, LockMode::None).await.map(|_| ())
+    }
+
+    async fn one(&mut self, op: KeyOp, lock: LockMode) -> Result<Option<Row>> {
+        self.execute(vec![(op, lock)]).await.pop().unwrap_or_else(|| Err(ShoalError::internal("no outcome")))
+    }
+
+    /// Runs operations in the transaction, batched per data node.
+    pub async fn execute(&mut self, ops: Vec<(KeyOp, LockMode)>) -> Vec<OpOutcome> {
+        if self.finished {
+            return ops.iter().map(|_| Err(aborted("the transaction is finished"))).collect();
+        }
+        let deadline = Instant::now() + self.client.inner.opts.deadline;
+        let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
+        let mut pending: Vec<usize> = (0..ops.len()).collect();
+        let mut backoff = Duration::from_millis(5);
+        while !pending.is_empty() {
+            let map = self.client.map();
+            let mut by_node: BTreeMap<NodeId, Vec<(usize, pb::Op, i32, (TableId, PartitionId))>> = BTreeMap::new();
+            let mut retry = vec![];
+            for &i in &pending {
+                let prepared = match self.client.prepare(&map, &ops[i].0) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        out[i] = Some(Err(e));
+                        continue;
+                    }
+                };
+                let slot = (prepared.op.table_id, prepared.partition);
+                let primary = map.partitions.get(prepared.partition as usize).and_then(|p| p.primary);
+                if let Some(&held_at) = self.parts.get(&slot) {
+                    if primary != Some(held_at) {
+                        out[i] = Some(Err(aborted(format!(
+                            "partition {} moved from node {held_at} during the transaction",
+                            slot.1
+                        ))));
+                        continue;
+                    }
+                }
+                match primary {
+                    Some(n) => {
+                        let lock = match ops[i].1 {
+                            LockMode::None => pb::LockMode::None,
+                            LockMode::Shared => pb::LockMode::Shared,
+                            LockMode::Exclusive => pb::LockMode::Exclusive,
+                        } as i32;
+                        by_node.entry(n).or_default().push((i, prepared.op, lock, slot));
+                    }
+                    None => retry.push(i),
+                }
+            }
+            if self.tc.is_none() {
+                self.tc = by_node.keys().next().copied();
+            }
+            let tc = self.tc.unwrap_or(0);
+            let sends = by_node.into_iter().map(|(node, items)| {
+                let items: Vec<_> = items.into_iter().map(|(i, op, l, slot)| (i, op, l, slot, node)).collect();
+                let client = self.client.clone();
+                let (epoch, id) = (map.epoch, self.id);
+                async move {
+                    let req = pb::TxnExecuteRequest {
+                        epoch,
+                        txn_id: id,
+                        tc,
+                        ops: items.iter().map(|(_, op, _, _, _)| op.clone()).collect(),
+                        locks: items.iter().map(|(_, _, l, _, _)| *l).collect(),
+                    };
+                    let resp = match client.node_client(node) {
+                        Ok(mut c) => c.txn_execute(req).await.map(|r| r.into_inner()).map_err(|s| {
+                            ShoalError::new(ErrorCode::NodeNotReady, format!("data node {node}: {}", s.message()))
+                        }),
+                        Err(e) => Err(e),
+                    };
+                    (items, resp)
+                }
+            });
+            for (items, resp) in futures::future::join_all(sends).await {
+                let resp = resp.and_then(|r| check(r.error.clone()).map(|()| r));
+                match resp {
+                    Ok(r) => {
+                        for (k, ((i, _, _, slot, node), res)) in items.into_iter().zip(r.results).enumerate() {
+                            if r.holds.get(k).copied().unwrap_or(false) {
+                                self.parts.insert(slot, node);
+                            }
+                            match check(res.error) {
+                                Ok(()) => out[i] = Some(Ok(res.found.then(|| values_from_pb(res.row)))),
+                                Err(e) if e.is_retriable() && !self.parts.contains_key(&slot) => retry.push(i),
+                                Err(e) if e.is_retriable() => {
+                                    out[i] = Some(Err(aborted(format!("the transaction's partition moved: {e}"))))
+                                }
+                                Err(e) => out[i] = Some(Err(e)),
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        for (i, _, _, slot, _) in items {
+                            if e.is_retriable() && !self.parts.contains_key(&slot) {
+                                retry.push(i);
+                            } else {
+                                out[i] = Some(Err(if e.is_retriable() { aborted(e.to_string()) } else { e.clone() }));
+                            }
+                        }
+                    }
+                }
+            }
+            if retry.is_empty() || Instant::now() + backoff >= deadline {
+                for i in retry {
+                    out[i] = Some(Err(ShoalError::new(ErrorCode::Timeout, "no primary answered in time")));
+                }
+                break;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(200));
+            let _ = self.client.refresh().await;
+            pending = retry;
+        }
+        out.into_iter().map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome")))).collect()
+    }
+
+    /// Commits; returns the global checkpoint the transaction was committed in (0 when it wrote
+    /// nothing). With `Durability::Sync` it returns once that checkpoint is complete.
+    pub async fn commit(mut self) -> Result<u64> {
+        self.finished = true;
+        let gci = self.finish(false).await?;
+        if self.client.durability() == Durability::Sync && gci > 0 {
+            let map = self.client.map();
+            let groups: BTreeSet<u32> = self
+                .parts
+                .keys()
+                .filter_map(|&(_, p)| map.partitions.get(p as usize).map(|pa| pa.node_group))
+                .collect();
+            let until = Instant::now() + crate::MIN_DURABLE_WAIT.max(self.client.inner.opts.deadline);
+            for g in groups {
+                self.client.wait_durable(gci, g, until).await?;
+            }
+        }
+        Ok(gci)
+    }
+
+    /// Rolls back: every lock is freed and nothing the transaction wrote becomes visible.
+    pub async fn rollback(mut self) -> Result<()> {
+        self.finished = true;
+        self.finish(true).await.map(|_| ())
+    }
+
+    async fn finish(&mut self, rollback: bool) -> Result<u64> {
+        let Some(tc) = self.tc else { return Ok(0) };
+        if self.parts.is_empty() {
+            return Ok(0);
+        }
+        let req = pb::TxnCommitRequest {
+            txn_id: self.id,
+            parts: self.parts.keys().map(|&(t, p)| pb::TxnPart { table_id: t, partition: p }).collect(),
+            rollback,
+        };
+        // The coordinator must be the node that ran the first operations (it is their
+        // participant too); if it is gone, the transaction is gone with it.
+        let mut c = self.client.node_client(tc)?;
+        let timeout = self.client.inner.opts.deadline;
+        let resp = match tokio::time::timeout(timeout, c.txn_commit(req)).await {
+            Err(_) => return Err(ShoalError::new(ErrorCode::Timeout, "no answer from the coordinator: outcome unknown")),
+            Ok(Err(s)) => {
+                return Err(if rollback {
+                    ShoalError::new(ErrorCode::NodeNotReady, s.message().to_string())
+                } else {
+                    ShoalError::new(ErrorCode::Timeout, format!("coordinator {tc}: {}; outcome unknown", s.message()))
+                })
+            }
+            Ok(Ok(r)) => r.into_inner(),
+        };
+        check(resp.error)?;
+        Ok(resp.gci)
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if self.finished || self.parts.is_empty() {
+            return;
+        }
+        // Not committed: roll back now rather than holding locks until the inactivity timeout.
+        let mut rest = Transaction {
+            client: self.client.clone(),
+            id: self.id,
+            tc: self.tc,
+            parts: std::mem::take(&mut self.parts),
+            finished: true,
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = rest.finish(true).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,779 @@
+//! Transactions (DESIGN §3.2, §3.4, §4 "Transactions"): both roles a data node plays.
+//!
+//! **Participant** (the primary of a partition a transaction touches): `execute` runs the
+//! transaction's operations under row locks owned by the transaction (shared for
+//! `LOCK IN SHARE MODE` reads, exclusive for `FOR UPDATE` reads and every write). Writes are
+//! kept as pending images, invisible to everyone else (READ COMMITTED: plain reads see the
+//! committed image and take no lock); the transaction reads its own writes.
+//!
+//! **Coordinator** (TC, any data node; the client picks one per transaction): `commit_as_tc`
+//! runs two-phase commit over the participants:
+//! 1. PREPARE: each participant primary replicates the pending images of its partitions to
+//!    their backups, which keep them aside (not visible). A participant whose primary changed
+//!    since the operations ran has lost them: the transaction aborts.
+//! 2. Decision: the TC stamps the commit with the current GCI (so the whole transaction lands
+//!    in one global checkpoint: all or nothing after a system restart) and records the
+//!    decision on the other live nodes of its own node group.
+//! 3. COMMIT: each participant primary sends the images, now with sequence numbers and the
+//!    GCI, to its backups (which apply and log them), applies and logs them itself, and frees
+//!    the locks. The TC retries against the partition's current primary until it succeeds: a
+//!    backup promoted after PREPARE holds the kept images and finishes from them.
+//!
+//! A transaction touching one partition skips PREPARE and the decision record: its single
+//! participant commits exactly like an autocommit write (one round trip to the backups).
+//!
+//! **Failures.** A participant holding a prepared transaction whose TC died asks the TC's
+//! node-group peers what was decided: the recorded decision is carried out; without a record
+//! the peer notes the transaction aborted (so a late record from the dying TC is refused) and
+//! it aborts. A transaction that is not prepared and idle longer than
+//! `TXN_INACTIVE_TIMEOUT` (its client vanished) is aborted and its locks freed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use shoal_proto::codec::decode_row;
+use shoal_proto::pb;
+use shoal_proto::{ErrorCode, NodeId, NodeState, PartitionId, ShoalError, TableId, Value};
+
+use crate::node::Node;
+use crate::ops::{self, Op, OpKind};
+use crate::partition::{LockMode, Partition};
+use crate::replication;
+use crate::storage::{Image, RowSlot};
+use crate::transport::{TxnStep, TxnTag};
+
+/// A transaction idle this long without being prepared is aborted (its client is gone).
+pub const TXN_INACTIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A prepared transaction waits this long for its TC before asking around.
+const PREPARED_PATIENCE: Duration = Duration::from_secs(2);
+/// Most pending writes of one transaction on one node.
+pub const MAX_TXN_WRITES: usize = 10_000;
+/// Most row locks transactions may hold on one node.
+pub const MAX_TXN_LOCKS: usize = 200_000;
+/// How long the TC keeps trying to carry out a decision before giving up the call (the
+/// participants still finish it: they ask the TC's peers).
+const DECISION_RETRY_FOR: Duration = Duration::from_secs(10);
+/// Aborted-outcome notes kept this long (a dying TC's late record must be refused).
+const ABORTED_NOTE_TTL: Duration = Duration::from_secs(120);
+
+struct Pending {
+    data: Option<Vec<u8>>,
+    /// Memory reserved for the new image.
+    reserved: u64,
+}
+
+struct PartTxn {
+    part: Arc<Partition>,
+    /// The primary term the operations ran under: if it changed, they are gone.
+    term: u64,
+    locked: Vec<Box<[u8]>>,
+    writes: BTreeMap<Vec<u8>, Pending>,
+}
+
+struct TxnState {
+    tc: NodeId,
+    last_active: Instant,
+    prepared: bool,
+    parts: HashMap<(TableId, PartitionId), PartTxn>,
+}
+
+/// What a TC (or its peer) recorded about a transaction.
+#[derive(Clone, Debug)]
+enum Decision {
+    Commit { gci: u64 },
+    Aborted { at: Instant },
+}
+
+/// Images a backup keeps for a prepared transaction whose primary is another node.
+struct Kept {
+    tc: NodeId,
+    images: Vec<Image>,
+}
+
+#[derive(Default)]
+pub struct Txns {
+    active: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<TxnState>>>>,
+    /// Transactions this node aborted on its own (idle too long): their later operations must
+    /// fail rather than start afresh without the locks they held. Kept for `ABORTED_NOTE_TTL`.
+    swept: Mutex<HashMap<u64, Instant>>,
+    kept: Mutex<HashMap<(u64, TableId, PartitionId), Kept>>,
+    decisions: Mutex<HashMap<u64, Decision>>,
+    locks: AtomicUsize,
+}
+
+fn aborted(why: impl Into<String>) -> ShoalError {
+    ShoalError::new(ErrorCode::TxnAborted, why.into())
+}
+
+impl Txns {
+    pub fn keep_prepared(&self, txn: u64, tc: NodeId, table: TableId, partition: PartitionId, images: Vec<Image>) {
+        self.kept.lock().insert((txn, table, partition), Kept { tc, images });
+    }
+
+    pub fn drop_prepared(&self, txn: u64, table: TableId, partition: PartitionId) {
+        self.kept.lock().remove(&(txn, table, partition));
+    }
+
+    /// Transactions open on this node (participant side).
+    pub fn open(&self) -> usize {
+        self.active.lock().len()
+    }
+
+    fn state(&self, txn: u64) -> Option<Arc<tokio::sync::Mutex<TxnState>>> {
+        self.active.lock().get(&txn).cloned()
+    }
+}
+
+/// One operation of a transaction, with the lock a read takes.
+pub struct TxnOp {
+    pub op: Op,
+    pub lock: Option<LockMode>,
+}
+
+/// Runs operations of transaction `txn` here, as primary of their partitions.
+/// Returns each op's result and whether the transaction holds anything in its partition here.
+pub async fn execute(
+    node: &Arc<Node>,
+    txn: u64,
+    tc: NodeId,
+    ops: Vec<TxnOp>,
+) -> Vec<(Result<Option<Vec<Value>>, ShoalError>, bool)> {
+    if node.txns.swept.lock().contains_key(&txn) {
+        let e = aborted(format!("transaction {txn:x} was idle too long and rolled back on node {}", node.id));
+        return ops.iter().map(|_| (Err(e.clone()), false)).collect();
+    }
+    let state = {
+        let mut active = node.txns.active.lock();
+        active
+            .entry(txn)
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Mutex::new(TxnState {
+                    tc,
+                    last_active: Instant::now(),
+                    prepared: false,
+                    parts: HashMap::new(),
+                }))
+            })
+            .clone()
+    };
+    let mut st = state.lock().await;
+    let mut out = Vec::with_capacity(ops.len());
+    // After a lock wait timeout the rest of the request is not tried: the caller must give up
+    // or retry anyway, and a request that waited once per op could outlast the inactivity
+    // timeout of the transaction's work on other nodes.
+    let mut timed_out: Option<ShoalError> = None;
+    for op in ops {
+        let slot = (op.op.table, op.op.partition);
+        let r = if st.prepared {
+            Err(aborted("the transaction is already committing"))
+        } else if let Some(e) = &timed_out {
+            Err(e.clone())
+        } else {
+            execute_one(node, txn, &mut st, op).await
+        };
+        if let Err(e) = &r {
+            if e.code == ErrorCode::LockWaitTimeout {
+                timed_out = Some(e.clone());
+            }
+        }
+        out.push((r, st.parts.contains_key(&slot)));
+    }
+    st.last_active = Instant::now();
+    // A transaction that touched nothing here leaves no state behind.
+    if st.parts.is_empty() {
+        drop(st);
+        node.txns.active.lock().remove(&txn);
+    }
+    out
+}
+
+async fn execute_one(
+    node: &Arc<Node>,
+    txn: u64,
+    st: &mut TxnState,
+    TxnOp { mut op, lock }: TxnOp,
+) -> Result<Option<Vec<Value>>, ShoalError> {
+    let map = node.map();
+    let table = ops::table_of(&map, op.table)?.clone();
+    let pa = map
+        .partition(op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
+    node.check_primary(&map, pa)?;
+    let part = node
+        .partition(op.table, op.partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    node.check_active(&part, pa)?;
+    let (key, key_values) = ops::check_write(&table, &mut op)?;
+    ops::check_routing(&table, &key_values, op.partition)?;
+    let slot = (op.table, op.partition);
+    if let Some(p) = st.parts.get(&slot) {
+        if p.term != pa.primary_term {
+            return Err(aborted("the partition's primary changed during the transaction"));
+        }
+    }
+    let mode = match op.kind {
+        OpKind::Read => lock,
+        _ => Some(LockMode::Exclusive),
+    };
+    let pt = st.parts.entry(slot).or_insert_with(|| PartTxn {
+        part: part.clone(),
+        term: pa.primary_term,
+        locked: vec![],
+        writes: BTreeMap::new(),
+    });
+    if let Some(mode) = mode {
+        if node.txns.locks.load(Ordering::Relaxed) >= MAX_TXN_LOCKS {
+            return Err(ShoalError::new(
+                ErrorCode::TooManyLocks,
+                format!("node {} holds {MAX_TXN_LOCKS} transaction locks, its limit", node.id),
+            ));
+        }
+        if part.lock_for(&key, txn, mode, node.timing.lock_wait).await? {
+            pt.locked.push(key.clone().into_boxed_slice());
+            node.txns.locks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let current = match pt.writes.get(&key) {
+        Some(p) => p.data.clone(),
+        None => part.store.lock().get(&key).map(|s| s.data.to_vec()),
+    };
+    if op.kind == OpKind::Read {
+        return current.map(|d| decode_row(&table, &d)).transpose();
+    }
+    if !pt.writes.contains_key(&key) && pt.writes.len() >= MAX_TXN_WRITES {
+        return Err(ShoalError::new(
+            ErrorCode::TooManyLocks,
+            format!("a transaction writes at most {MAX_TXN_WRITES} rows per node"),
+        ));
+    }
+    let data = ops::new_image(&table, op, current)?;
+    let reserved = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
+    if reserved > 0 && !node.budget.try_reserve(reserved) {
+        return Err(ShoalError::new(
+            ErrorCode::TableFull,
+            format!("table {} is full: node {} reached its data memory limit", table.name(), node.id),
+        ));
+    }
+    if let Some(old) = pt.writes.insert(key, Pending { data, reserved }) {
+        node.budget.release(old.reserved);
+    }
+    Ok(None)
+}
+
+/// Frees everything a transaction holds here: locks, reserved memory.
+fn release(node: &Node, txn: u64, st: &mut TxnState) {
+    for pt in st.parts.values_mut() {
+        for key in pt.locked.drain(..) {
+            pt.part.unlock_for(&key, txn);
+            node.txns.locks.fetch_sub(1, Ordering::Relaxed);
+        }
+        for (_, p) in std::mem::take(&mut pt.writes) {
+            node.budget.release(p.reserved);
+        }
+    }
+}
+
+/// PREPARE at a participant: the backups of every written partition keep the images.
+pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)]) -> Result<(), ShoalError> {
+    let state = node.txns.state(txn).ok_or_else(|| aborted(format!("transaction {txn:x} is not open on node {}", node.id)))?;
+    let mut st = state.lock().await;
+    for slot in parts {
+        if !st.parts.contains_key(slot) {
+            return Err(aborted(format!("node {} lost the transaction's work on partition {}", node.id, slot.1)));
+        }
+    }
+    let map = node.map();
+    let tc = st.tc;
+    for (&(table, partition), pt) in &st.parts {
+        if pt.writes.is_empty() {
+            continue;
+        }
+        let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
+        if pa.primary != Some(node.id) || pa.primary_term != pt.term {
+            return Err(aborted("the partition's primary changed during the transaction"));
+        }
+        let images = pt.writes.iter().map(|(k, p)| Image { key: k.clone(), data: p.data.clone(), seq: 0 }).collect();
+        let tag = TxnTag { id: txn, tc, step: TxnStep::Prepare };
+        replication::replicate_txn(node, &map, table, pa, 0, images, Some(tag)).await?;
+    }
+    st.prepared = true;
+    st.last_active = Instant::now();
+    Ok(())
+}
+
+/// COMMIT at a participant: replicate and apply the images with `gci`, free the locks. A
+/// transaction no longer open here was committed before (the TC retries) — unless
+/// `one_phase`, where it means the work was lost.
+pub async fn commit(
+    node: &Arc<Node>,
+    txn: u64,
+    gci: u64,
+    parts: &[(TableId, PartitionId)],
+    one_phase: bool,
+) -> Result<(), ShoalError> {
+    // Every named partition must be finished here: either by the work this node holds for it,
+    // or because it already was (a retry). A promoted backup that has not taken the
+    // transaction over yet, or a node that is not the partition's active primary, makes the
+    // TC try again (elsewhere).
+    let state = node.txns.state(txn);
+    if state.is_none() && one_phase {
+        return Err(aborted(format!("transaction {txn:x} is not open on node {}", node.id)));
+    }
+    {
+        let held: Vec<(TableId, PartitionId)> = match &state {
+            Some(s) => s.lock().await.parts.keys().copied().collect(),
+            None => vec![],
+        };
+        let map = node.map();
+        for &(t, p) in parts.iter().filter(|slot| !held.contains(slot)) {
+            if node.txns.kept.lock().contains_key(&(txn, t, p)) {
+                return Err(ShoalError::new(ErrorCode::NodeNotReady, "taking over the transaction; retry"));
+            }
+            let pa = map.partition(p).ok_or_else(|| ShoalError::internal("partition vanished"))?;
+            node.check_primary(&map, pa)?;
+            if let Some(part) = node.partition(t, p) {
+                node.check_active(&part, pa)?;
+            }
+        }
+    }
+    let Some(state) = state else { return Ok(()) };
+    let mut st = state.lock().await;
+    let map = node.map();
+    let tc = st.tc;
+    for (&(table, partition), pt) in st.parts.iter_mut() {
+        if pt.writes.is_empty() {
+            continue;
+        }
+        let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
+        if pa.primary != Some(node.id) || pa.primary_term != pt.term {
+            if one_phase {
+                return Err(aborted("the partition's primary changed during the transaction"));
+            }
+            // Deposed after PREPARE: the new primary finishes it from the kept images.
+            return Err(ShoalError::not_primary(pa.primary, "the partition moved; commit at its new primary"));
+        }
+        let part = pt.part.clone();
+        let inflight = part.enter_write(map.epoch);
+        let images: Vec<(Image, u64)> = pt
+            .writes
+            .iter()
+            .map(|(k, p)| (Image { key: k.clone(), data: p.data.clone(), seq: part.next_seq() }, p.reserved))
+            .collect();
+        let tag = TxnTag { id: txn, tc, step: TxnStep::Commit };
+        let send: Vec<Image> = images.iter().map(|(i, _)| i.clone()).collect();
+        replication::replicate_txn(node, &map, table, pa, gci, send, Some(tag)).await?;
+        let mut store = part.store.lock();
+        for (img, reserved) in images {
+            node.durability.log(gci, table, partition, &img);
+            match img.data {
+                Some(d) => store.put_reserved(&img.key, d, img.seq, reserved),
+                None => {
+                    store.delete(&img.key);
+                    node.budget.release(reserved);
+                }
+            }
+        }
+        drop(store);
+        drop(inflight);
+        pt.writes.clear();
+    }
+    release(node, txn, &mut st);
+    drop(st);
+    node.txns.active.lock().remove(&txn);
+    Ok(())
+}
+
+/// ABORT at a participant: drop the pending images (and the backups' kept ones), free locks.
+pub async fn abort(node: &Arc<Node>, txn: u64) {
+    let Some(state) = node.txns.state(txn) else { return };
+    let mut st = state.lock().await;
+    if st.prepared {
+        let map = node.map();
+        let tc = st.tc;
+        for (&(table, partition), pt) in &st.parts {
+            if pt.writes.is_empty() {
+                continue;
+            }
+            if let Some(pa) = map.partition(partition) {
+                let tag = TxnTag { id: txn, tc, step: TxnStep::Abort };
+                let _ = replication::replicate_txn(node, &map, table, pa, 0, vec![], Some(tag)).await;
+            }
+        }
+    }
+    release(node, txn, &mut st);
+    drop(st);
+    node.txns.active.lock().remove(&txn);
+}
+
+/// A backup promoted to primary of `partition` takes over the prepared transactions it kept
+/// for it: they lock their rows again and wait for their TC's decision. Runs before the new
+/// primary serves (inside its activation).
+pub async fn adopt_prepared(node: &Arc<Node>, partition: PartitionId, term: u64) {
+    let kept: Vec<((u64, TableId, PartitionId), Kept)> = {
+        let mut kept = node.txns.kept.lock();
+        let keys: Vec<_> = kept.keys().filter(|k| k.2 == partition).copied().collect();
+        keys.into_iter().filter_map(|k| kept.remove(&k).map(|v| (k, v))).collect()
+    };
+    for ((txn, table, partition), k) in kept {
+        let Some(part) = node.partition(table, partition) else { continue };
+        let state = node
+            .txns
+            .active
+            .lock()
+            .entry(txn)
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Mutex::new(TxnState {
+                    tc: k.tc,
+                    last_active: Instant::now(),
+                    prepared: true,
+                    parts: HashMap::new(),
+                }))
+            })
+            .clone();
+        let mut st = state.lock().await;
+        st.prepared = true;
+        let pt = st.parts.entry((table, partition)).or_insert_with(|| PartTxn {
+            part: part.clone(),
+            term,
+            locked: vec![],
+            writes: BTreeMap::new(),
+        });
+        pt.term = term;
+        for img in k.images {
+            // Nobody else can hold these rows yet: the partition is not serving.
+            if part.lock_for(&img.key, txn, LockMode::Exclusive, Duration::from_secs(1)).await.unwrap_or(false) {
+                pt.locked.push(img.key.clone().into_boxed_slice());
+                node.txns.locks.fetch_add(1, Ordering::Relaxed);
+            }
+            let reserved = img.data.as_ref().map_or(0, |d| RowSlot::charge(img.key.len(), d.len()));
+            node.budget.force(reserved);
+            pt.writes.insert(img.key, Pending { data: img.data, reserved });
+        }
+        tracing::info!(txn = format!("{txn:x}"), partition, "took over a prepared transaction");
+    }
+}
+
+/// Sends the images of every transaction prepared here on (table, partition) to `to`, a
+/// replica being filled by a copy: it joined after they were prepared, and must be able to
+/// finish them if it becomes primary.
+pub async fn push_prepared(node: &Node, table: TableId, partition: PartitionId, to: NodeId) -> Result<(), ShoalError> {
+    let open: Vec<(u64, Arc<tokio::sync::Mutex<TxnState>>)> =
+        node.txns.active.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
+    let map = node.map();
+    let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
+    for (txn, state) in open {
+        let st = state.lock().await;
+        if !st.prepared {
+            continue;
+        }
+        let Some(pt) = st.parts.get(&(table, partition)).filter(|pt| !pt.writes.is_empty()) else { continue };
+        let images = pt.writes.iter().map(|(k, p)| Image { key: k.clone(), data: p.data.clone(), seq: 0 }).collect();
+        let msg = crate::transport::Replicate {
+            from: node.id,
+            table,
+            partition,
+            primary_term: pa.primary_term,
+            epoch: map.epoch,
+            gci: 0,
+            images,
+            txn: Some(TxnTag { id: txn, tc: st.tc, step: TxnStep::Prepare }),
+        };
+        drop(st);
+        node.transport.replicate(to, msg).await?;
+    }
+    Ok(())
+}
+
+// ----- coordinator -----
+
+/// Commits (or rolls back) transaction `txn` whose operations touched `parts`. Returns the GCI
+/// of the commit (0 for a rollback or a transaction that wrote nothing).
+pub async fn commit_as_tc(
+    node: &Arc<Node>,
+    txn: u64,
+    parts: Vec<(TableId, PartitionId)>,
+    rollback: bool,
+) -> Result<u64, ShoalError> {
+    let by_node = group_by_primary(node, &parts)?;
+    if rollback {
+        abort_everywhere(node, txn, &by_node).await;
+        return Ok(0);
+    }
+    if parts.len() == 1 {
+        let (&primary, _) = by_node.iter().next().expect("one part, one node");
+        let stamp = node.durability.begin_commit(parts[0].1).await?;
+        let gci = stamp.gci;
+        let r = control(node, primary, pb::TxnPhase::Commit, txn, gci, &parts, true).await;
+        drop(stamp);
+        return r.map(|_| gci);
+    }
+    // 1. PREPARE everywhere.
+    let prepared = futures::future::join_all(
+        by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Prepare, txn, 0, p, false)),
+    )
+    .await;
+    if let Some(e) = prepared.into_iter().find_map(Result::err) {
+        abort_everywhere(node, txn, &by_node).await;
+        return Err(if e.code == ErrorCode::TxnAborted { e } else { aborted(format!("prepare failed: {e}")) });
+    }
+    // 2. Decide and record the decision where a TC take-over finds it.
+    let stamp = node.durability.begin_commit(parts[0].1).await?;
+    let gci = stamp.gci;
+    let given_up = {
+        let mut d = node.txns.decisions.lock();
+        // A participant that waited too long asked, and was told "aborted".
+        let given_up = matches!(d.get(&txn), Some(Decision::Aborted { .. }));
+        if !given_up {
+            d.insert(txn, Decision::Commit { gci });
+        }
+        given_up
+    };
+    if given_up {
+        abort_everywhere(node, txn, &by_node).await;
+        return Err(aborted("a participant gave up waiting for the commit decision"));
+    }
+    if let Err(e) = record_at_peers(node, txn, gci, &parts).await {
+        node.txns.decisions.lock().insert(txn, Decision::Aborted { at: Instant::now() });
+        forget_at_peers(node, txn);
+        abort_everywhere(node, txn, &by_node).await;
+        return Err(aborted(format!("could not record the commit decision: {e}")));
+    }
+    // 3. COMMIT everywhere, following primaries that move.
+    let started = Instant::now();
+    let mut left: Vec<(TableId, PartitionId)> = parts.clone();
+    let mut last_err = None;
+    while !left.is_empty() && started.elapsed() < DECISION_RETRY_FOR {
+        let groups = group_by_primary(node, &left).unwrap_or_default();
+        let results = futures::future::join_all(
+            groups.iter().map(|(&n, p)| async move { (p.clone(), control(node, n, pb::TxnPhase::Commit, txn, gci, p, false).await) }),
+        )
+        .await;
+        left.clear();
+        for (p, r) in results {
+            if let Err(e) = r {
+                last_err = Some(e);
+                left.extend(p);
+            }
+        }
+        if groups.is_empty() {
+            left = parts.clone();
+        }
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    drop(stamp);
+    if !left.is_empty() {
+        // Decided: the participants finish it from the record; the client cannot know when.
+        return Err(ShoalError::new(
+            ErrorCode::Timeout,
+            format!("transaction committed, but not every participant confirmed yet: {}", last_err.map_or_else(String::new, |e| e.to_string())),
+        ));
+    }
+    node.txns.decisions.lock().remove(&txn);
+    forget_at_peers(node, txn);
+    Ok(gci)
+}
+
+fn group_by_primary(
+    node: &Node,
+    parts: &[(TableId, PartitionId)],
+) -> Result<BTreeMap<NodeId, Vec<(TableId, PartitionId)>>, ShoalError> {
+    let map = node.map();
+    let mut out: BTreeMap<NodeId, Vec<(TableId, PartitionId)>> = BTreeMap::new();
+    for &(t, p) in parts {
+        let primary = map
+            .partition(p)
+            .and_then(|pa| pa.primary)
+            .ok_or_else(|| aborted(format!("partition {p} has no live replica")))?;
+        out.entry(primary).or_default().push((t, p));
+    }
+    Ok(out)
+}
+
+async fn abort_everywhere(node: &Arc<Node>, txn: u64, by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>) {
+    futures::future::join_all(by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Abort, txn, 0, p, false)))
+        .await;
+}
+
+/// The other live members of this node's group: where a TC records its decisions.
+fn group_peers(node: &Node) -> Vec<NodeId> {
+    let map = node.map();
+    let Some(me) = map.node(node.id) else { return vec![] };
+    map.nodes
+        .iter()
+        .filter(|n| n.id != node.id && n.node_group == me.node_group && n.kind == shoal_proto::NodeKind::DataNode)
+        .filter(|n| n.state != NodeState::Down)
+        .map(|n| n.id)
+        .collect()
+}
+
+async fn record_at_peers(node: &Arc<Node>, txn: u64, gci: u64, parts: &[(TableId, PartitionId)]) -> Result<(), ShoalError> {
+    let started = Instant::now();
+    for peer in group_peers(node) {
+        loop {
+            match control(node, peer, pb::TxnPhase::Record, txn, gci, parts, false).await {
+                Ok(_) => break,
+                Err(e) if e.code == ErrorCode::TxnAborted => return Err(e),
+                Err(e) => {
+                    // A peer that left the group does not need the record.
+                    if !group_peers(node).contains(&peer) {
+                        break;
+                    }
+                    if started.elapsed() > Duration::from_secs(3) {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn forget_at_peers(node: &Arc<Node>, txn: u64) {
+    for peer in group_peers(node) {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let _ = control(&node, peer, pb::TxnPhase::Forget, txn, 0, &[], false).await;
+        });
+    }
+}
+
+/// Sends one control step to `to` (locally when it is this node). Ok(Some(gci)) for a
+/// committed OUTCOME, Ok(None) otherwise.
+async fn control(
+    node: &Arc<Node>,
+    to: NodeId,
+    phase: pb::TxnPhase,
+    txn: u64,
+    gci: u64,
+    parts: &[(TableId, PartitionId)],
+    one_phase: bool,
+) -> Result<Option<u64>, ShoalError> {
+    if to == node.id {
+        return handle_control(node, phase, txn, node.id, gci, parts, one_phase).await;
+    }
+    let req = pb::TxnControlRequest {
+        phase: phase as i32,
+        txn_id: txn,
+        tc: node.id,
+        gci,
+        parts: parts.iter().map(|&(t, p)| pb::TxnPart { table_id: t, partition: p }).collect(),
+        epoch: node.epoch(),
+        one_phase,
+    };
+    node.transport.txn_control(to, req).await
+}
+
+/// Handles a control step addressed to this node.
+pub async fn handle_control(
+    node: &Arc<Node>,
+    phase: pb::TxnPhase,
+    txn: u64,
+    from: NodeId,
+    gci: u64,
+    parts: &[(TableId, PartitionId)],
+    one_phase: bool,
+) -> Result<Option<u64>, ShoalError> {
+    match phase {
+        pb::TxnPhase::Prepare => prepare(node, txn, parts).await.map(|()| None),
+        pb::TxnPhase::Commit => commit(node, txn, gci, parts, one_phase).await.map(|()| None),
+        pb::TxnPhase::Abort => {
+            abort(node, txn).await;
+            Ok(None)
+        }
+        pb::TxnPhase::Record => {
+            let mut d = node.txns.decisions.lock();
+            if let Some(Decision::Aborted { .. }) = d.get(&txn) {
+                return Err(aborted("the transaction was already resolved as aborted"));
+            }
+            d.insert(txn, Decision::Commit { gci });
+            let _ = from;
+            Ok(None)
+        }
+        pb::TxnPhase::Forget => {
+            node.txns.decisions.lock().remove(&txn);
+            Ok(None)
+        }
+        pb::TxnPhase::Outcome => {
+            let mut d = node.txns.decisions.lock();
+            match d.get(&txn) {
+                Some(Decision::Commit { gci }) => Ok(Some(*gci)),
+                _ => {
+                    d.insert(txn, Decision::Aborted { at: Instant::now() });
+                    Ok(None)
+                }
+            }
+        }
+        pb::TxnPhase::Unspecified => Err(ShoalError::new(ErrorCode::InvalidArgument, "unknown transaction step")),
+    }
+}
+
+/// Aborts transactions whose client vanished, resolves prepared ones whose TC died, and
+/// forgets old abort notes. Runs for the life of the node.
+pub async fn sweeper(node: Arc<Node>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        node.txns.decisions.lock().retain(|_, d| !matches!(d, Decision::Aborted { at } if at.elapsed() > ABORTED_NOTE_TTL));
+        node.txns.swept.lock().retain(|_, at| at.elapsed() <= ABORTED_NOTE_TTL);
+        let open: Vec<(u64, Arc<tokio::sync::Mutex<TxnState>>)> =
+            node.txns.active.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
+        for (txn, state) in open {
+            let Ok(st) = state.try_lock() else { continue };
+            let idle = st.last_active.elapsed();
+            let (prepared, tc) = (st.prepared, st.tc);
+            drop(st);
+            if !prepared && idle > TXN_INACTIVE_TIMEOUT {
+                tracing::info!(txn = format!("{txn:x}"), "aborting a transaction idle for {idle:?}");
+                node.txns.swept.lock().insert(txn, Instant::now());
+                abort(&node, txn).await;
+            } else if prepared && idle > PREPARED_PATIENCE {
+                let node = node.clone();
+                tokio::spawn(async move { resolve(&node, txn, tc).await });
+            }
+        }
+    }
+}
+
+/// A prepared transaction heard nothing from its TC. While the TC lives it alone decides:
+/// asked, it answers its decision, or notes the transaction aborted (then it can no longer
+/// commit it) and says so. Once the TC is down, every live peer of its node group is asked:
+/// one recorded commit means commit; only when all of them answer that none was recorded (and
+/// note it aborted, refusing a late record from the dying TC) is it aborted. A peer that does
+/// not answer leaves the transaction prepared until the next try.
+async fn resolve(node: &Arc<Node>, txn: u64, tc: NodeId) {
+    let map = node.map();
+    let tc_alive = map.node(tc).is_some_and(|n| n.state != NodeState::Down);
+    let ask: Vec<NodeId> = if tc_alive {
+        vec![tc]
+    } else {
+        let group = map.node(tc).map(|n| n.node_group);
+        map.nodes
+            .iter()
+            .filter(|n| n.kind == shoal_proto::NodeKind::DataNode && Some(n.node_group) == group)
+            .filter(|n| n.id != tc && n.state != NodeState::Down)
+            .map(|n| n.id)
+            .collect()
+    };
+    if ask.is_empty() {
+        tracing::warn!(txn = format!("{txn:x}"), tc, "prepared transaction: its TC's node group is down; waiting");
+        return;
+    }
+    let answers = futures::future::join_all(ask.iter().map(|&p| control(node, p, pb::TxnPhase::Outcome, txn, 0, &[], false))).await;
+    if let Some(gci) = answers.iter().find_map(|a| a.as_ref().ok().copied().flatten()) {
+        tracing::info!(txn = format!("{txn:x}"), tc, "finishing a transaction its TC decided to commit");
+        if let Err(e) = commit(node, txn, gci, &[], false).await {
+            tracing::warn!(txn = format!("{txn:x}"), "could not finish the commit yet: {e}");
+        }
+        return;
+    }
+    if answers.iter().all(|a| matches!(a, Ok(None))) {
+        tracing::info!(txn = format!("{txn:x}"), tc, "aborting a prepared transaction its TC did not decide");
+        abort(node, txn).await;
+    }
+}
