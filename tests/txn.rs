@@ -268,7 +268,7 @@ async fn readers_never_see_uncommitted_or_aborted_writes() {
             while !stop.load(Ordering::Relaxed) {
                 let keys = (0..4).map(|k| vec![Value::Int(k)]).collect();
                 if let Ok(rows) = client.batch_get("accounts", keys).await {
-                    seen.lock().unwrap().extend(rows.iter().map(|r| balance(r)));
+                    seen.lock().unwrap().extend(rows.iter().map(balance));
                 }
             }
         }));
@@ -281,7 +281,12 @@ async fn readers_never_see_uncommitted_or_aborted_writes() {
     let aborted_values = aborted_values.lock().unwrap();
     let seen = seen.lock().unwrap();
     let dirty: Vec<&i64> = seen.iter().filter(|v| aborted_values.contains(v)).collect();
-    eprintln!("{} reads, {} aborted transactions, {} committed", seen.len(), aborted_values.len(), committed_values.lock().unwrap().len());
+    eprintln!(
+        "{} reads, {} aborted transactions, {} committed",
+        seen.len(),
+        aborted_values.len(),
+        committed_values.lock().unwrap().len()
+    );
     assert!(dirty.is_empty(), "readers saw values of aborted transactions: {:?}", &dirty[..dirty.len().min(5)]);
     assert!(aborted_values.len() > 10 && seen.len() > 100, "the load ran");
 }

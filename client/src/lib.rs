@@ -3,9 +3,9 @@
 //! and retries transparently on stale epochs, moved primaries and failed nodes until the
 //! request's deadline. The SQL node, the CLI, the benchmarks and the tests all use it.
 
-mod txn;
 pub mod batcher;
 pub mod mgmd;
+mod txn;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +24,9 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
 pub use batcher::Batcher;
-pub use txn::{LockMode, Transaction};
 pub use mgmd::MgmdPool;
 pub use shoal_proto::{Column, ColumnType};
+pub use txn::{LockMode, Transaction};
 
 pub type Result<T> = std::result::Result<T, ShoalError>;
 pub type Row = Vec<Value>;

@@ -43,6 +43,10 @@ pub struct Transaction {
     finished: bool,
 }
 
+/// An operation on its way to a primary: its index in the call, the op, its lock mode, and
+/// its partition.
+type Routed = (usize, pb::Op, i32, (TableId, PartitionId));
+
 fn aborted(why: impl Into<String>) -> ShoalError {
     ShoalError::new(ErrorCode::TxnAborted, why.into())
 }
@@ -100,7 +104,7 @@ impl Transaction {
         let mut backoff = Duration::from_millis(5);
         while !pending.is_empty() {
             let map = self.client.map();
-            let mut by_node: BTreeMap<NodeId, Vec<(usize, pb::Op, i32, (TableId, PartitionId))>> = BTreeMap::new();
+            let mut by_node: BTreeMap<NodeId, Vec<Routed>> = BTreeMap::new();
             let mut retry = vec![];
             for &i in &pending {
                 let prepared = match self.client.prepare(&map, &ops[i].0) {
@@ -242,7 +246,9 @@ impl Transaction {
         let mut c = self.client.node_client(tc)?;
         let timeout = self.client.inner.opts.deadline;
         let resp = match tokio::time::timeout(timeout, c.txn_commit(req)).await {
-            Err(_) => return Err(ShoalError::new(ErrorCode::Timeout, "no answer from the coordinator: outcome unknown")),
+            Err(_) => {
+                return Err(ShoalError::new(ErrorCode::Timeout, "no answer from the coordinator: outcome unknown"))
+            }
             Ok(Err(s)) => {
                 return Err(if rollback {
                     ShoalError::new(ErrorCode::NodeNotReady, s.message().to_string())

@@ -180,7 +180,10 @@ impl RowLocks {
                 continue;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Err(ShoalError::new(ErrorCode::LockWaitTimeout, "lock wait timed out; run the transaction again"));
+                return Err(ShoalError::new(
+                    ErrorCode::LockWaitTimeout,
+                    "lock wait timed out; run the transaction again",
+                ));
             }
         }
     }

@@ -218,7 +218,11 @@ impl DataNode for Service {
             match op_from_pb(op) {
                 Ok(op) => ops.push(crate::txn::TxnOp { op, lock }),
                 Err(e) => {
-                    return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+                    return Ok(Response::new(pb::TxnExecuteResponse {
+                        error: Some(e.into()),
+                        results: vec![],
+                        holds: vec![],
+                    }));
                 }
             }
         }

@@ -278,7 +278,8 @@ fn release(node: &Node, txn: u64, st: &mut TxnState) {
 
 /// PREPARE at a participant: the backups of every written partition keep the images.
 pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)]) -> Result<(), ShoalError> {
-    let state = node.txns.state(txn).ok_or_else(|| aborted(format!("transaction {txn:x} is not open on node {}", node.id)))?;
+    let state =
+        node.txns.state(txn).ok_or_else(|| aborted(format!("transaction {txn:x} is not open on node {}", node.id)))?;
     let mut st = state.lock().await;
     for slot in parts {
         if !st.parts.contains_key(slot) {
@@ -547,9 +548,9 @@ pub async fn commit_as_tc(
     let mut last_err = None;
     while !left.is_empty() && started.elapsed() < DECISION_RETRY_FOR {
         let groups = group_by_primary(node, &left).unwrap_or_default();
-        let results = futures::future::join_all(
-            groups.iter().map(|(&n, p)| async move { (p.clone(), control(node, n, pb::TxnPhase::Commit, txn, gci, p, false).await) }),
-        )
+        let results = futures::future::join_all(groups.iter().map(|(&n, p)| async move {
+            (p.clone(), control(node, n, pb::TxnPhase::Commit, txn, gci, p, false).await)
+        }))
         .await;
         left.clear();
         for (p, r) in results {
@@ -570,7 +571,10 @@ pub async fn commit_as_tc(
         // Decided: the participants finish it from the record; the client cannot know when.
         return Err(ShoalError::new(
             ErrorCode::Timeout,
-            format!("transaction committed, but not every participant confirmed yet: {}", last_err.map_or_else(String::new, |e| e.to_string())),
+            format!(
+                "transaction committed, but not every participant confirmed yet: {}",
+                last_err.map_or_else(String::new, |e| e.to_string())
+            ),
         ));
     }
     node.txns.decisions.lock().remove(&txn);
@@ -611,7 +615,12 @@ fn group_peers(node: &Node) -> Vec<NodeId> {
         .collect()
 }
 
-async fn record_at_peers(node: &Arc<Node>, txn: u64, gci: u64, parts: &[(TableId, PartitionId)]) -> Result<(), ShoalError> {
+async fn record_at_peers(
+    node: &Arc<Node>,
+    txn: u64,
+    gci: u64,
+    parts: &[(TableId, PartitionId)],
+) -> Result<(), ShoalError> {
     let started = Instant::now();
     for peer in group_peers(node) {
         loop {
@@ -719,7 +728,10 @@ pub async fn sweeper(node: Arc<Node>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
-        node.txns.decisions.lock().retain(|_, d| !matches!(d, Decision::Aborted { at } if at.elapsed() > ABORTED_NOTE_TTL));
+        node.txns
+            .decisions
+            .lock()
+            .retain(|_, d| !matches!(d, Decision::Aborted { at } if at.elapsed() > ABORTED_NOTE_TTL));
         node.txns.swept.lock().retain(|_, at| at.elapsed() <= ABORTED_NOTE_TTL);
         let open: Vec<(u64, Arc<tokio::sync::Mutex<TxnState>>)> =
             node.txns.active.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
@@ -740,31 +752,29 @@ pub async fn sweeper(node: Arc<Node>) {
     }
 }
 
-/// A prepared transaction heard nothing from its TC. While the TC lives it alone decides:
-/// asked, it answers its decision, or notes the transaction aborted (then it can no longer
-/// commit it) and says so. Once the TC is down, every live peer of its node group is asked:
-/// one recorded commit means commit; only when all of them answer that none was recorded (and
-/// note it aborted, refusing a late record from the dying TC) is it aborted. A peer that does
-/// not answer leaves the transaction prepared until the next try.
+/// A prepared transaction heard nothing from its TC: ask the TC (if it is up) and every live
+/// peer of its node group. A recorded commit anywhere means commit. Each one asked that knows
+/// no commit notes the transaction aborted, which stops it from deciding or recording a
+/// commit later; so only when all of them answer "none" is it aborted. (Asking the peers too
+/// matters when the TC restarted: its new incarnation remembers nothing, its peers do.) A
+/// node that does not answer leaves the transaction prepared until the next try.
 async fn resolve(node: &Arc<Node>, txn: u64, tc: NodeId) {
     let map = node.map();
-    let tc_alive = map.node(tc).is_some_and(|n| n.state != NodeState::Down);
-    let ask: Vec<NodeId> = if tc_alive {
-        vec![tc]
-    } else {
-        let group = map.node(tc).map(|n| n.node_group);
-        map.nodes
-            .iter()
-            .filter(|n| n.kind == shoal_proto::NodeKind::DataNode && Some(n.node_group) == group)
-            .filter(|n| n.id != tc && n.state != NodeState::Down)
-            .map(|n| n.id)
-            .collect()
-    };
+    let group = map.node(tc).map(|n| n.node_group);
+    let ask: Vec<NodeId> = map
+        .nodes
+        .iter()
+        .filter(|n| n.kind == shoal_proto::NodeKind::DataNode && Some(n.node_group) == group)
+        .filter(|n| n.state != NodeState::Down)
+        .map(|n| n.id)
+        .collect();
     if ask.is_empty() {
         tracing::warn!(txn = format!("{txn:x}"), tc, "prepared transaction: its TC's node group is down; waiting");
         return;
     }
-    let answers = futures::future::join_all(ask.iter().map(|&p| control(node, p, pb::TxnPhase::Outcome, txn, 0, &[], false))).await;
+    let answers =
+        futures::future::join_all(ask.iter().map(|&p| control(node, p, pb::TxnPhase::Outcome, txn, 0, &[], false)))
+            .await;
     if let Some(gci) = answers.iter().find_map(|a| a.as_ref().ok().copied().flatten()) {
         tracing::info!(txn = format!("{txn:x}"), tc, "finishing a transaction its TC decided to commit");
         if let Err(e) = commit(node, txn, gci, &[], false).await {
