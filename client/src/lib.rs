@@ -21,7 +21,7 @@ use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ClusterState, ErrorCode, NodeId, NodeState, ShoalError, Table, TableSpec, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 pub use batcher::Batcher;
 pub use mgmd::MgmdPool;
@@ -573,12 +573,7 @@ impl Client {
                 return Ok(c.clone());
             }
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| ShoalError::new(ErrorCode::InvalidArgument, format!("node {id} address {addr}: {e}")))?
-            .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(5))
-            .connect_lazy();
+        let ch = shoal_proto::grpc::channel(&addr, Duration::from_millis(500))?;
         let c = DataNodeClient::new(ch)
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);

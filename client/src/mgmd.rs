@@ -8,7 +8,7 @@ use std::time::Duration;
 use shoal_proto::convert::check;
 use shoal_proto::pb::{self, mgmd_client::MgmdClient};
 use shoal_proto::{ClusterState, ErrorCode, ShoalError};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 pub struct MgmdPool {
     clients: Vec<(String, MgmdClient<Channel>)>,
@@ -21,11 +21,8 @@ impl MgmdPool {
     pub fn new(addrs: &[String], call_timeout: Duration) -> Result<MgmdPool, ShoalError> {
         let mut clients = vec![];
         for a in addrs {
-            let ep = Endpoint::from_shared(format!("http://{a}"))
-                .map_err(|e| ShoalError::new(ErrorCode::InvalidArgument, format!("mgmd address {a}: {e}")))?
-                .connect_timeout(Duration::from_millis(300))
-                .tcp_nodelay(true);
-            clients.push((a.clone(), MgmdClient::new(ep.connect_lazy())));
+            let ch = shoal_proto::grpc::channel(a, Duration::from_millis(300))?;
+            clients.push((a.clone(), MgmdClient::new(ch)));
         }
         if clients.is_empty() {
             return Err(ShoalError::new(ErrorCode::InvalidArgument, "no mgmd address given"));

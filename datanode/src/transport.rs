@@ -14,7 +14,7 @@ use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, PartitionId, ShoalError, TableId};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::storage::Image;
 
@@ -265,13 +265,8 @@ impl Transport for GrpcTransport {
                 peers.insert(n.id, p.clone());
                 continue;
             }
-            match Endpoint::from_shared(format!("http://{}", n.addr)) {
-                Ok(ep) => {
-                    let ch = ep
-                        .connect_timeout(Duration::from_millis(500))
-                        .tcp_nodelay(true)
-                        .http2_keep_alive_interval(Duration::from_secs(5))
-                        .connect_lazy();
+            match shoal_proto::grpc::channel(&n.addr, Duration::from_millis(500)) {
+                Ok(ch) => {
                     let client = DataNodeClient::new(ch)
                         .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
                         .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);

@@ -97,11 +97,9 @@ pub async fn gcp_loop(leader: Arc<Leader>, mut shutdown: watch::Receiver<bool>) 
 }
 
 fn connect(addr: &str) -> DataNodeClient<Channel> {
-    let ep = Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap_or_else(|_| Endpoint::from_static("http://invalid.invalid:1"))
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true);
-    DataNodeClient::new(ep.connect_lazy())
+    let ch = shoal_proto::grpc::channel(addr, Duration::from_millis(500))
+        .unwrap_or_else(|_| Endpoint::from_static("http://invalid.invalid:1").connect_lazy());
+    DataNodeClient::new(ch)
 }
 
 /// One checkpoint round; returns the nodes whose files can restore `next - 1`.

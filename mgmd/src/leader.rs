@@ -518,6 +518,22 @@ impl Leader {
             let Some(node) = cluster.node(node_id).filter(|n| n.kind == NodeKind::DataNode).cloned() else {
                 return Err(err(ErrorCode::InvalidArgument, format!("node {node_id} is not a configured data node")));
             };
+            // A report from a node that is not up, or that mgmd itself has not heard from
+            // lately (cut off, then reconnected with a queue of old reports), says more about
+            // the reporter than about the node it names.
+            let reporter_live = cluster.node(reporter).is_some_and(|r| {
+                r.state == NodeState::Up
+                    && t.last_seen.get(&reporter).is_some_and(|&(at, inc)| {
+                        inc == r.incarnation
+                            && at.elapsed() < Duration::from_millis(self.config().cluster.failure_timeout_ms)
+                    })
+            });
+            if !reporter_live {
+                tracing::info!(
+                    "ignoring a failure report about node {node_id} from node {reporter}, which is not up: {reason}"
+                );
+                return Ok(Outcome { epoch: cluster.epoch, table: None });
+            }
             if node.state == NodeState::Down || t.downs_in_flight.contains(&node_id) {
                 tracing::info!(
                     "data node {node_id} reported failed by {reporter} ({reason}): already down or going down"

@@ -10,6 +10,7 @@ pub mod convert;
 pub mod error;
 pub mod file;
 pub mod filter;
+pub mod grpc;
 pub mod hash;
 pub mod types;
 

@@ -68,6 +68,9 @@ fn channel_to(addr: &str) -> Result<Channel, tonic::transport::Error> {
     Ok(Endpoint::from_shared(format!("http://{addr}"))?
         .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
         .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(1))
+        .keep_alive_timeout(Duration::from_secs(1))
+        .keep_alive_while_idle(true)
         .connect_lazy())
 }
 
