@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use hdrhistogram::Histogram;
-use shoal_client::{Client, ClientOptions, KeyOp};
+use shoal_client::{Client, ClientOptions, Durability, KeyOp};
 use shoal_proto::{Column, ColumnType, TableSpec, Value};
 
 use crate::local::LocalCluster;
@@ -47,6 +47,10 @@ pub struct KvArgs {
     /// Read from any replica instead of the primary.
     #[arg(long)]
     pub read_backup: bool,
+    /// When writes are acknowledged: `memory` (every live replica holds them) or `sync` (also
+    /// on disk everywhere: their global checkpoint completed).
+    #[arg(long, default_value = "memory", value_parser = ["memory", "sync"])]
+    pub durability: String,
     /// Check at the end that every acknowledged write reads back.
     #[arg(long)]
     pub verify: bool,
@@ -110,6 +114,8 @@ pub async fn run_kv(a: KvArgs) -> Result<()> {
     let addrs = if a.mgmd.is_empty() { LocalCluster::open(&a.dir)?.config.mgmd_addrs() } else { a.mgmd.clone() };
     let opts = ClientOptions { read_backup: a.read_backup, ..ClientOptions::default() };
     let client = Client::connect_with(&addrs, opts).await.map_err(anyhow::Error::msg)?;
+    let durability = if a.durability == "sync" { Durability::Sync } else { Durability::Memory };
+    let client = client.with_durability(durability);
     let spec = TableSpec {
         name: BENCH_TABLE.into(),
         columns: vec![
@@ -160,7 +166,7 @@ pub async fn run_kv(a: KvArgs) -> Result<()> {
             "threads": a.threads, "batch": a.batch, "write_ratio": a.write_ratio, "seconds": elapsed,
             "ops": ops, "ops_per_s": ops as f64 / elapsed, "calls": hist.len(),
             "p50_ms": ms(0.5), "p99_ms": ms(0.99), "p999_ms": ms(0.999), "max_ms": hist.max() as f64 / 1000.0,
-            "errors": errors, "retries": client.retries(), "lost": lost,
+            "errors": errors, "retries": client.retries(), "lost": lost, "durability": a.durability,
         });
         println!("{doc}");
     } else {

@@ -1,6 +1,7 @@
 //! `shoal`: run a local cluster, look at it, operate it, load it.
 
 mod bench;
+mod bench_txn;
 mod health;
 mod local;
 mod status;
@@ -62,6 +63,8 @@ struct NodeArgs {
 enum BenchKind {
     /// Key-value reads and writes through the native client (NDB's flexAsynch counterpart).
     Kv(bench::KvArgs),
+    /// Bank transfers as cluster transactions (two locked reads, two updates, commit).
+    Txn(bench_txn::TxnArgs),
 }
 
 fn main() {
@@ -78,6 +81,7 @@ fn main() {
         Cmd::Node { action } => node(action),
         Cmd::Health(a) => runtime().and_then(|rt| rt.block_on(health::run(a))),
         Cmd::Bench { kind: BenchKind::Kv(a) } => runtime().and_then(|rt| rt.block_on(bench::run_kv(a))),
+        Cmd::Bench { kind: BenchKind::Txn(a) } => runtime().and_then(|rt| rt.block_on(bench_txn::run_txn(a))),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e:#}");

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Bank transfers (issue 4), in one run on this machine: `shoal bench txn` (2 node groups x 2
+# replicas, multi-partition and single-partition) side by side with MariaDB running the same
+# transfer through sysbench (benches/transfer.lua; InnoDB, REPEATABLE READ,
+# innodb_flush_log_at_trx_commit=1), at 1/16/64 clients. Prints a markdown table.
+#
+#   benches/txn_vs_mariadb.sh [seconds per run, default 10] [accounts, default 10000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-10}
+ACCOUNTS=${2:-10000}
+
+need=()
+command -v sysbench >/dev/null || need+=(sysbench)
+command -v mariadbd >/dev/null || need+=(mariadb-server)
+if [ ${#need[@]} -gt 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >/dev/null
+fi
+cargo build --release -q
+SHOAL=target/release/shoal
+
+work=$(mktemp -d)
+mdb_pid=""
+up_pid=""
+cleanup() {
+  [ -n "$mdb_pid" ] && kill "$mdb_pid" 2>/dev/null && wait "$mdb_pid" 2>/dev/null || true
+  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+base=$(( 30000 + RANDOM % 20000 ))
+$SHOAL up --dir "$work/shoal" --base-port "$base" --node-groups 2 >"$work/up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 600); do grep -q '^ready' "$work/up.log" && break; sleep 0.2; done
+grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
+shoal_run() { # clients extra -> "tps p99"
+  $SHOAL bench txn --dir "$work/shoal" --threads "$1" --accounts "$ACCOUNTS" --duration "$SECS" --json $2 |
+    python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["tps"]), d["p99_ms"], d["total_ok"])'
+}
+declare -A multi single
+for c in 1 16 64; do
+  multi[$c]=$(shoal_run "$c" "")
+  single[$c]=$(shoal_run "$c" "--single-partition")
+done
+kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
+
+mport=$(free_port)
+mkdir -p "$work/mdb"
+mariadb-install-db --no-defaults --datadir="$work/mdb" --user=root --auth-root-authentication-method=normal >/dev/null 2>&1
+mariadbd --no-defaults --datadir="$work/mdb" --port="$mport" --bind-address=127.0.0.1 --socket="$work/mdb.sock" \
+  --user=root --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=512M --max-connections=500 \
+  --transaction-isolation=REPEATABLE-READ >"$work/mdb.log" 2>&1 &
+mdb_pid=$!
+for _ in $(seq 100); do mariadb --socket="$work/mdb.sock" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+mariadb --socket="$work/mdb.sock" -uroot -e "CREATE DATABASE sbtest; CREATE USER 'sb'@'127.0.0.1'; GRANT ALL ON *.* TO 'sb'@'127.0.0.1';"
+sb=(benches/transfer.lua --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$mport" --mysql-user=sb --mysql-db=sbtest --accounts="$ACCOUNTS")
+sysbench "${sb[@]}" prepare >/dev/null
+mdb_run() { # clients extra -> "tps p99"
+  local out
+  out=$(sysbench "${sb[@]}" $2 --threads="$1" --time="$SECS" --percentile=99 run)
+  echo "$(echo "$out" | awk '/transactions:/ {gsub(/\(/,"",$3); print int($3)}') $(echo "$out" | awk '/99th percentile:/ {print $3}')"
+}
+declare -A mmulti msingle
+for c in 1 16 64; do
+  mmulti[$c]=$(mdb_run "$c" "")
+  msingle[$c]=$(mdb_run "$c" "--single-partition=on")
+done
+
+echo "| clients | Shoal multi-partition tps (p99 ms) | MariaDB tps (p99 ms) | ratio | Shoal single-partition tps (p99 ms) | MariaDB adjacent ids tps (p99 ms) | ratio |"
+echo "|---|---|---|---|---|---|---|"
+for c in 1 16 64; do
+  read -r sm smp sok <<<"${multi[$c]}"
+  read -r ss ssp sok2 <<<"${single[$c]}"
+  read -r mm mmp <<<"${mmulti[$c]}"
+  read -r ms msp <<<"${msingle[$c]}"
+  r1=$(python3 -c "print(f'{$sm/max($mm,1):.2f}')")
+  r2=$(python3 -c "print(f'{$ss/max($ms,1):.2f}')")
+  echo "| $c | $sm ($smp) | $mm ($mmp) | $r1 | $ss ($ssp) | $ms ($msp) | $r2 |"
+  [ "$sok$sok2" = "TrueTrue" ] || echo "(shoal: total of balances changed!)"
+done
