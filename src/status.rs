@@ -43,7 +43,7 @@ pub async fn run(a: StatusArgs) -> Result<()> {
         .max_by_key(|r| (r.mgmds.iter().any(|m| m.leader), r.state.as_ref().map_or(0, |s| s.epoch)));
     let Some(best) = best else { bail!("no mgmd answered ({})", addrs.join(", ")) };
     let state = ClusterState::try_from(best.state.clone().unwrap_or_default()).map_err(anyhow::Error::msg)?;
-    let doc = to_json(&state, &answers, local.as_ref());
+    let doc = to_json(&state, best, &answers, local.as_ref());
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
@@ -54,6 +54,7 @@ pub async fn run(a: StatusArgs) -> Result<()> {
 
 fn to_json(
     state: &ClusterState,
+    best: &pb::StatusResponse,
     answers: &[(String, Option<pb::StatusResponse>)],
     local: Option<&LocalCluster>,
 ) -> Json {
@@ -86,6 +87,9 @@ fn to_json(
                 let primaries = state.partitions.iter().filter(|p| p.primary == Some(n.id)).count();
                 o["primaries"] = json!(primaries);
                 o["restorable_gci"] = json!(n.restorable_gci);
+                if let Some(p) = best.progress.iter().find(|p| p.node_id == n.id) {
+                    o["progress"] = json!(p.progress);
+                }
             }
         }
         nodes.push(o);
@@ -140,7 +144,10 @@ fn print_table(doc: &Json) {
                 String::new()
             }
         } else {
-            format!("primary of {} partitions, restorable gci {}", n["primaries"], n["restorable_gci"])
+            match n["progress"].as_str() {
+                Some(p) => format!("{p}; restorable gci {}", n["restorable_gci"]),
+                None => format!("primary of {} partitions, restorable gci {}", n["primaries"], n["restorable_gci"]),
+            }
         };
         println!(
             "{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} {}",

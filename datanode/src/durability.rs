@@ -49,8 +49,8 @@ pub struct Durability {
     lcp_wanted: AtomicBool,
     /// Newest GCI mgmd reported complete (FLUSH messages carry it).
     gci_complete: AtomicU64,
-    /// Restart progress for `shoal status`; empty once serving.
-    pub progress: Mutex<String>,
+    /// Restart progress for `shoal status` (sent with heartbeats); empty once serving.
+    pub progress: Arc<Mutex<String>>,
     /// Replicas restored from disk, waiting for the map that assigns them to this node.
     restored: Mutex<HashMap<(TableId, PartitionId), Arc<Partition>>>,
     lcp_redo_bytes: u64,
@@ -90,7 +90,7 @@ impl Durability {
             lcp_running: AtomicBool::new(false),
             lcp_wanted: AtomicBool::new(false),
             gci_complete: AtomicU64::new(0),
-            progress: Mutex::new(String::new()),
+            progress: Arc::default(),
             restored: Mutex::new(HashMap::new()),
             lcp_redo_bytes,
             lcp_interval,
@@ -99,17 +99,18 @@ impl Durability {
 
     /// Restores the node's rows from `dir` up to `target` (the GCI mgmd recorded for this
     /// node) and opens a new life of the redo log.
+    /// `progress` receives what the restore is doing, for the node's heartbeats.
     pub fn recover(
         dir: &Path,
         target: u64,
         map: &ClusterState,
         budget: &Arc<MemoryBudget>,
-        lcp_redo_mb: u64,
-        lcp_interval: Duration,
+        lcp: (u64, Duration),
+        progress: Arc<Mutex<String>>,
     ) -> anyhow::Result<Recovered> {
+        let (lcp_redo_mb, lcp_interval) = lcp;
         std::fs::create_dir_all(dir)?;
         let begun = Instant::now();
-        let progress = Mutex::new(String::new());
         let (parts, loaded_gci, bases) = match restore(dir, target, map, budget, &progress) {
             Ok(parts) => {
                 let rows: u64 = parts.values().map(|p| p.store.lock().rows()).sum();
@@ -142,7 +143,8 @@ impl Durability {
             lcp_interval,
         );
         *d.restored.lock() = parts;
-        Ok(Recovered { durability: d, loaded_gci })
+        progress.lock().clear();
+        Ok(Recovered { durability: Durability { progress, ..d }, loaded_gci })
     }
 
     /// Checks the redo log can take a commit, waits for room in its buffer, and stamps the

@@ -108,16 +108,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let data_dir = data_dir_of(&args.config, &me.data_dir);
     let map = mgmd_link::fetch_map_at_start(&link).await;
     let target = map.node(me.id).map_or(0, |n| n.restorable_gci);
-    let (lcp_mb, lcp_interval) = (c.lcp_redo_mb, Duration::from_secs(c.lcp_interval_s));
+    let lcp = (c.lcp_redo_mb, Duration::from_secs(c.lcp_interval_s));
     let (dir, b) = (data_dir.clone(), budget.clone());
-    let recovered = tokio::task::spawn_blocking(move || {
-        durability::Durability::recover(&dir, target, &map, &b, lcp_mb, lcp_interval)
-    })
-    .await
-    .context("recovery task")??;
+    let incarnation = incarnation();
+    let progress: Arc<parking_lot::Mutex<String>> = Arc::default();
+    // While loading, tell mgmd how far it got (shown by `shoal status`).
+    let reporter = tokio::spawn(mgmd_link::report_restore(
+        link.clone(),
+        (me.id, incarnation, me.addr.clone(), std::process::id()),
+        progress.clone(),
+    ));
+    let p = progress.clone();
+    let recovered =
+        tokio::task::spawn_blocking(move || durability::Durability::recover(&dir, target, &map, &b, lcp, p)).await;
+    reporter.abort();
+    let recovered = recovered.context("recovery task")??;
     let setup = node::NodeSetup {
         id: me.id,
-        incarnation: incarnation(),
+        incarnation,
         addr: me.addr.clone(),
         timing: timing.clone(),
         budget,

@@ -77,6 +77,30 @@ pub async fn fetch_map_at_start(link: &MgmdLink) -> ClusterState {
     unreachable!("the loop above only ends by returning")
 }
 
+/// While the node loads its files: heartbeats that only carry progress (mgmd neither grants a
+/// lease nor starts a join for them).
+pub async fn report_restore(
+    link: Arc<MgmdLink>,
+    (node_id, incarnation, addr, pid): (NodeId, u64, String, u32),
+    progress: Arc<parking_lot::Mutex<String>>,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let req = pb::HeartbeatRequest {
+            node_id,
+            incarnation,
+            addr: addr.clone(),
+            pid,
+            epoch: 0,
+            loaded: false,
+            loaded_gci: 0,
+            restoring: true,
+            progress: progress.lock().clone(),
+        };
+        let _ = link.heartbeat(req).await;
+    }
+}
+
 /// Heartbeats the mgmd leader; each answered heartbeat renews the lease from its send time.
 /// `loaded` is the GCI the node restored from its own files (None: it could not).
 pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32, loaded: Option<u64>) {
@@ -94,6 +118,8 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32, load
             epoch: node.epoch(),
             loaded: loaded.is_some(),
             loaded_gci: loaded.unwrap_or(0),
+            restoring: false,
+            progress: node.durability.progress.lock().clone(),
         };
         match link.heartbeat(req).await {
             Ok(resp) => {

@@ -114,13 +114,16 @@ pub async fn run(node: &Node, sync_epoch: Epoch) -> Option<u64> {
                 }
             }
         }
-        tracing::info!(
-            "node restart: {}/{} partitions copied ({rows} rows, {}%)",
+        let what = format!(
+            "copy: {}/{} partitions from their primaries ({rows} rows, {}%)",
             done + 1,
             work.len(),
             (done + 1) * 100 / work.len().max(1)
         );
+        tracing::info!("node restart: {what}");
+        *node.durability.progress.lock() = what;
     }
+    node.durability.progress.lock().clear();
     node.end_fill(sync_epoch);
     Some(rows)
 }

@@ -46,6 +46,9 @@ pub struct Heartbeat {
     pub epoch: Epoch,
     /// The global checkpoint the node restored from its own files (None: it could not).
     pub loaded_gci: Option<u64>,
+    /// Still loading its files: report progress, do not join yet.
+    pub restoring: bool,
+    pub progress: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -87,6 +90,8 @@ struct Term {
     misplaced_since: Option<Instant>,
     /// Last time a node group that cannot start yet was logged.
     group_wait_logged: Instant,
+    /// Restart progress data nodes reported, with when.
+    progress: HashMap<NodeId, (String, Instant)>,
     rebalance_in_flight: bool,
 }
 
@@ -106,6 +111,7 @@ impl Term {
             misplaced_since: None,
             rebalance_in_flight: false,
             group_wait_logged: now.checked_sub(Duration::from_secs(60)).unwrap_or(now),
+            progress: HashMap::new(),
         }
     }
 
@@ -147,6 +153,20 @@ impl Leader {
             tokio::spawn(self.clone().tick_loop(shutdown.clone())),
             tokio::spawn(crate::gcp::gcp_loop(self.clone(), shutdown)),
         ]
+    }
+
+    /// Restart progress reported by data nodes in the last few seconds (leader only).
+    pub fn progress(&self) -> Vec<(NodeId, String)> {
+        let guard = self.term.lock();
+        let Some(t) = guard.as_ref() else { return vec![] };
+        let mut out: Vec<(NodeId, String)> = t
+            .progress
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() < Duration::from_secs(5))
+            .map(|(&id, (p, _))| (id, p.clone()))
+            .collect();
+        out.sort();
+        out
     }
 
     /// Whether this mgmd leads and has applied everything committed before its term.
@@ -466,6 +486,15 @@ impl Leader {
         let config = self.config();
         if !config.datanode.iter().any(|d| d.id == hb.node_id) {
             return Err(err(ErrorCode::InvalidArgument, format!("node {} is not a configured data node", hb.node_id)));
+        }
+        if hb.progress.is_empty() {
+            t.progress.remove(&hb.node_id);
+        } else {
+            t.progress.insert(hb.node_id, (hb.progress.clone(), now));
+        }
+        if hb.restoring {
+            // Loading its files: nothing to grant, and no join yet.
+            return Ok(HeartbeatAnswer { lease_ms: 0, state: NodeState::Down, epoch: cluster.epoch });
         }
         t.last_seen.insert(hb.node_id, (now, hb.incarnation));
         let node = cluster.node(hb.node_id).filter(|n| n.kind == NodeKind::DataNode);

@@ -23,6 +23,8 @@ pub const WATCH_QUEUE_DEPTH: usize = 4;
 pub const MAX_WATCHERS: usize = 4096;
 /// Longest address a data node may register.
 pub const MAX_ADDR_BYTES: usize = 256;
+/// Longest progress text a data node may report.
+pub const MAX_PROGRESS_BYTES: usize = 200;
 /// Longest failure reason kept in the log.
 pub const MAX_REASON_BYTES: usize = 512;
 
@@ -82,6 +84,8 @@ fn heartbeat_from_pb(r: pb::HeartbeatRequest) -> Result<Heartbeat, ShoalError> {
         pid: r.pid,
         epoch: r.epoch,
         loaded_gci: r.loaded.then_some(r.loaded_gci),
+        restoring: r.restoring,
+        progress: clip(r.progress, MAX_PROGRESS_BYTES),
     })
 }
 
@@ -171,7 +175,13 @@ impl pb::mgmd_server::Mgmd for MgmdService {
                 pb::MgmdInfo { id, addr: addr.clone(), leader, raft_term, last_applied }
             })
             .collect();
-        Ok(Response::new(pb::StatusResponse { state: Some(pb::ClusterState::from(&*state)), mgmds }))
+        let progress = self
+            .leader
+            .progress()
+            .into_iter()
+            .map(|(node_id, progress)| pb::NodeProgress { node_id, progress })
+            .collect();
+        Ok(Response::new(pb::StatusResponse { state: Some(pb::ClusterState::from(&*state)), mgmds, progress }))
     }
 
     async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
@@ -251,6 +261,8 @@ mod tests {
             epoch: 0,
             loaded: true,
             loaded_gci: 0,
+            restoring: false,
+            progress: String::new(),
         };
         assert!(heartbeat_from_pb(ok.clone()).is_ok());
         for bad in [

@@ -152,6 +152,8 @@ async fn heartbeat(addr: SocketAddr, node: NodeId, incarnation: u64) -> Option<p
         epoch: 0,
         loaded: true,
         loaded_gci: 0,
+        restoring: false,
+        progress: String::new(),
     };
     tokio::time::timeout(Duration::from_secs(1), c.heartbeat(req)).await.ok()?.ok().map(|r| r.into_inner())
 }
