@@ -791,6 +791,63 @@ mod tests {
         assert!(e.contains(&seg.display().to_string()), "{e}");
     }
 
+    /// A small tmpfs mounted for one test, unmounted on drop.
+    struct SmallDisk(PathBuf);
+
+    impl SmallDisk {
+        fn mount(at: &Path, size: &str) -> Option<SmallDisk> {
+            fs::create_dir_all(at).ok()?;
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(at)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then(|| SmallDisk(at.to_path_buf()))
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+
+    #[tokio::test]
+    async fn full_disk_refuses_writes_and_recovers_without_losing_records() {
+        let d = TestDir::new("redo-full");
+        let Some(disk) = SmallDisk::mount(&d.path().join("mnt"), "256k") else {
+            eprintln!("SKIPPED: mounting a tmpfs needs root (CAP_SYS_ADMIN); this test cannot run here");
+            return;
+        };
+        let filler = disk.0.join("filler");
+        fs::write(&filler, vec![0u8; 200 * 1024]).unwrap();
+        let redo = Redo::open(&disk.0.join("redo"), 1, 0).unwrap();
+        let big = |k: u8| Image { key: vec![k], data: Some(vec![k; 2000]), seq: u64::from(k) + 1 };
+        let mut appended = 0u8;
+        let started = std::time::Instant::now();
+        while redo.check_writable(0).is_ok() {
+            assert!(started.elapsed() < Duration::from_secs(10), "the disk never filled up");
+            if appended < 200 {
+                redo.append(1, 7, 0, &big(appended));
+                appended += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let e = redo.check_writable(0).unwrap_err();
+        assert_eq!(e.code, ErrorCode::DiskError);
+        assert!(e.message.contains("No space left"), "{e}");
+        // Space comes back: the kept records are written, and writes are accepted again.
+        fs::remove_file(&filler).unwrap();
+        redo.flush_checkpoint(1).await.unwrap();
+        redo.check_writable(0).unwrap();
+        drop(redo);
+        let lives = Lives::load(&disk.0.join("redo")).unwrap();
+        let mut keys = vec![];
+        replay_part(&disk.0.join("redo"), 0, 0, 1, &lives, |_, _, img| keys.push(img.key[0])).unwrap();
+        assert_eq!(keys, (0..appended).collect::<Vec<_>>(), "every record appended survives the full disk");
+    }
+
     #[tokio::test]
     async fn rotation_and_deletion_keep_the_log_bounded() {
         let d = TestDir::new("redo-rotate");
