@@ -775,9 +775,21 @@ async fn resolve(node: &Arc<Node>, txn: u64, tc: NodeId) {
     let answers =
         futures::future::join_all(ask.iter().map(|&p| control(node, p, pb::TxnPhase::Outcome, txn, 0, &[], false)))
             .await;
-    if let Some(gci) = answers.iter().find_map(|a| a.as_ref().ok().copied().flatten()) {
-        tracing::info!(txn = format!("{txn:x}"), tc, "finishing a transaction its TC decided to commit");
-        if let Err(e) = commit(node, txn, gci, &[], false).await {
+    if let Some(decided) = answers.iter().find_map(|a| a.as_ref().ok().copied().flatten()) {
+        tracing::info!(txn = format!("{txn:x}"), tc, decided, "finishing a transaction its TC decided to commit");
+        // The TC no longer holds the decided GCI open, and its checkpoint may be complete
+        // already: log the rest under a GCI that is still open, or the redo would hold records
+        // behind the marker of their checkpoint. (A system restart cut between the two could
+        // then keep one part of this transaction and not the other: a TC crash followed by a
+        // whole-cluster crash within one checkpoint interval.)
+        let stamp = match node.durability.begin_commit(0).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(txn = format!("{txn:x}"), "cannot finish the commit yet: {e}");
+                return;
+            }
+        };
+        if let Err(e) = commit(node, txn, stamp.gci, &[], false).await {
             tracing::warn!(txn = format!("{txn:x}"), "could not finish the commit yet: {e}");
         }
         return;
