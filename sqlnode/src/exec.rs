@@ -115,8 +115,34 @@ impl Session {
     /// Plans with a catalog snapshot that grows as the planner asks for names (see
     /// [`crate::sql::query`]): each round looks up the one name the planner missed.
     pub async fn plan<T>(&self, f: impl Fn(&Planner<'_>) -> SqlResult<T>) -> SqlResult<T> {
-        let env = self.env();
+        self.plan_with(Catalog::new(self.db.clone()), f).await
+    }
+
+    /// Plans a query, with the base tables its outermost FROM clauses name looked up first (the
+    /// common case then plans once).
+    pub async fn plan_query<T>(&self, q: &ast::Query, f: impl Fn(&Planner<'_>) -> SqlResult<T>) -> SqlResult<T> {
         let mut catalog = Catalog::new(self.db.clone());
+        let mut names = vec![];
+        top_level_tables(&q.body, &mut names);
+        for parts in names {
+            let full = match parts.as_slice() {
+                [t] => self.db.as_ref().map(|d| (d.clone(), t.clone())),
+                [d, t] => Some((d.clone(), t.clone())),
+                _ => None,
+            };
+            if let Some((db, t)) = full {
+                if let Some(table) = self.client().map().table(&format!("{db}.{t}")) {
+                    let real = table.spec.name.split_once('.').map_or(t.clone(), |(_, n)| n.to_string());
+                    let real_db = table.spec.name.split_once('.').map_or(db.clone(), |(d, _)| d.to_string());
+                    catalog.insert(&db, &t, Entry::Table(TableRef::new(&real_db, &real, table.clone())));
+                }
+            }
+        }
+        self.plan_with(catalog, f).await
+    }
+
+    async fn plan_with<T>(&self, mut catalog: Catalog, f: impl Fn(&Planner<'_>) -> SqlResult<T>) -> SqlResult<T> {
+        let env = self.env();
         loop {
             let planner = Planner::new(&env, &catalog);
             let r = f(&planner);
@@ -200,7 +226,7 @@ impl Session {
 
     pub async fn select(&mut self, q: &ast::Query, sql: &str) -> SqlResult<Outcome> {
         let names = crate::sql::parse::select_item_texts(sql);
-        let plan = self.plan(|p| p.query(q, sql, &[], names.as_deref())).await?;
+        let plan = self.plan_query(q, |p| p.query(q, sql, &[], names.as_deref())).await?;
         let rows = self.run_plan(&plan).await?;
         self.found_rows = rows.len() as u64;
         Ok(Outcome::Rows(ResultSet { columns: plan.columns, rows }))
@@ -680,6 +706,28 @@ impl Session {
             }
         }
         Ok(Outcome::affected(deleted))
+    }
+}
+
+/// Names of the tables in the FROM clauses of a query's outermost SELECTs.
+fn top_level_tables(body: &ast::SetExpr, out: &mut Vec<Vec<String>>) {
+    match body {
+        ast::SetExpr::Select(s) => {
+            for twj in &s.from {
+                let factors = std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+                for f in factors {
+                    if let ast::TableFactor::Table { name, .. } = f {
+                        out.push(object_parts(name));
+                    }
+                }
+            }
+        }
+        ast::SetExpr::SetOperation { left, right, .. } => {
+            top_level_tables(left, out);
+            top_level_tables(right, out);
+        }
+        ast::SetExpr::Query(q) => top_level_tables(&q.body, out),
+        _ => {}
     }
 }
 

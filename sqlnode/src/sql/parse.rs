@@ -13,6 +13,13 @@ use crate::val::{format_double, Val};
 
 /// Longest statement text accepted (MySQL's max_allowed_packet bounds it the same way).
 pub const MAX_SQL_BYTES: usize = 16 * 1024 * 1024;
+/// Deepest expression nesting the parser follows (sqlparser counts about two levels per
+/// parenthesis). Binding and evaluation recurse as deep; a test checks that this depth fits in
+/// [`WORKER_STACK_BYTES`], so deep input is a syntax error, never a stack overflow.
+pub const MAX_PARSE_DEPTH: usize = 128;
+/// Stack of the SQL node's worker threads: statements are parsed, bound and evaluated
+/// recursively on them (debug builds need several KiB per level).
+pub const WORKER_STACK_BYTES: usize = 16 << 20;
 
 /// A statement handled without sqlparser.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -350,7 +357,11 @@ pub fn parse_one(sql: &str) -> SqlResult<Statement> {
     if sql.len() > MAX_SQL_BYTES {
         return Err(SqlError::parse("statement too long"));
     }
-    let mut stmts = Parser::parse_sql(&MySqlDialect {}, sql).map_err(|e| SqlError::parse(e.to_string()))?;
+    let mut stmts = Parser::new(&MySqlDialect {})
+        .with_recursion_limit(MAX_PARSE_DEPTH)
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_statements())
+        .map_err(|e| SqlError::parse(e.to_string()))?;
     match stmts.len() {
         1 => Ok(stmts.remove(0)),
         0 => Err(SqlError::parse("empty query")),
@@ -627,6 +638,59 @@ mod tests {
         );
         assert_eq!(select_item_texts("select not 1, 1 is null").unwrap(), vec!["not 1", "1 is null"]);
         assert_eq!(select_item_texts("insert into t values (1)"), None);
+    }
+
+    /// The deepest statement the parser accepts parses, binds and evaluates within the worker
+    /// stack; deeper ones are syntax errors.
+    #[test]
+    fn deep_nesting_fits_the_stack() {
+        let run = || {
+            let mut deepest = None;
+            for depth in (10..200).step_by(5) {
+                let sql = format!("SELECT {}1{}", "(-".repeat(depth), ")".repeat(depth));
+                match parse_one(&sql) {
+                    Ok(stmt) => {
+                        let sqlparser::ast::Statement::Query(q) = stmt else { panic!("not a query") };
+                        let sqlparser::ast::SetExpr::Select(s) = *q.body else { panic!("not a select") };
+                        let sqlparser::ast::SelectItem::UnnamedExpr(e) = &s.projection[0] else { panic!("no expr") };
+                        let env = crate::sql::bind::Env::default();
+                        let bound = crate::sql::bind::Binder::new(&env, None, "field list").bind(e).unwrap();
+                        let _ = bound.eval(&[], &[]).unwrap();
+                        let _ = e.to_string();
+                        deepest = Some(depth);
+                    }
+                    Err(err) => {
+                        assert_eq!(err.code, 1064);
+                        break;
+                    }
+                }
+            }
+            deepest
+        };
+        let deepest = std::thread::Builder::new().stack_size(WORKER_STACK_BYTES).spawn(run).unwrap().join().unwrap();
+        assert!(deepest.is_some_and(|d| (40..200).contains(&d)), "deepest accepted nesting {deepest:?}");
+        // Nested subqueries go through the planner and the executor at every level.
+        let subqueries = || {
+            let env = crate::sql::bind::Env::default();
+            let catalog = crate::sql::query::Catalog::new(None);
+            let mut planned = 0;
+            for depth in (2..100).step_by(4) {
+                let sql = format!("SELECT {}1{}", "(SELECT -".repeat(depth), ")".repeat(depth));
+                let Ok(sqlparser::ast::Statement::Query(q)) = parse_one(&sql) else { break };
+                let planner = crate::sql::query::Planner::new(&env, &catalog);
+                match planner.query(&q, &sql, &[], None) {
+                    Ok(plan) => {
+                        let _ = crate::sql::select::run(&plan, None).unwrap();
+                        planned = depth;
+                    }
+                    Err(e) => assert_eq!(e.code, 1235, "{e}"),
+                }
+            }
+            planned
+        };
+        let planned =
+            std::thread::Builder::new().stack_size(WORKER_STACK_BYTES).spawn(subqueries).unwrap().join().unwrap();
+        assert!(planned >= 10, "nested subqueries planned to depth {planned}");
     }
 
     #[test]
