@@ -77,6 +77,19 @@ async fn joins_subqueries_unions_views() {
         ["ann,bob"]
     );
     assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM emp CROSS JOIN dept").await, ["12"]);
+    // EXPLAIN says how each table is read and joined.
+    assert_eq!(
+        rows(&mut c, "EXPLAIN SELECT e.name FROM emp e JOIN dept d ON e.dept = d.id WHERE d.name = 'ops' AND e.id = 3")
+            .await,
+        [
+            "e,primary key read,,",
+            "d,scan with 1 pushed-down filter(s),name Eq Text(\"ops\"),inner join, hash on 1 column(s)"
+        ]
+    );
+    assert_eq!(
+        rows(&mut c, "EXPLAIN SELECT name FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id)").await,
+        ["d,full scan,,", "subquery 1 (correlated: once per row) > e,full scan,,"]
+    );
     assert_eq!(code_of(c.query_drop("SELECT * FROM emp, emp").await), 1066);
     assert_eq!(code_of(c.query_drop("SELECT id FROM emp, dept").await), 1052);
 

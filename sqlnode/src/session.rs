@@ -801,44 +801,34 @@ impl Session {
     }
 
     async fn explain(&mut self, stmt: Statement) -> SqlResult<Outcome> {
+        use crate::sql::explain;
         let (table, selection) = match &stmt {
-            Statement::Query(q) => match q.body.as_ref() {
-                ast::SetExpr::Select(s) if s.from.len() == 1 => (Some(s.from[0].relation.clone()), s.selection.clone()),
-                ast::SetExpr::Select(_) => (None, None),
-                _ => return Err(SqlError::not_supported("EXPLAIN of this statement")),
-            },
-            Statement::Update(u) => (Some(u.table.relation.clone()), u.selection.clone()),
+            Statement::Query(q) => {
+                let text = q.to_string();
+                let plan = self.plan_query(q, |p| p.query(q, &text, &[], None)).await?;
+                return Ok(text_rows(explain::COLUMNS, explain::explain(&plan)));
+            }
+            Statement::Update(u) => (u.table.relation.clone(), u.selection.clone()),
             Statement::Delete(d) => match &d.from {
                 ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) if f.len() == 1 => {
-                    (Some(f[0].relation.clone()), d.selection.clone())
+                    (f[0].relation.clone(), d.selection.clone())
                 }
                 _ => return Err(SqlError::not_supported("EXPLAIN of this statement")),
             },
             _ => return Err(SqlError::not_supported("EXPLAIN of this statement")),
         };
-        let (name, access, pushed) = match table {
-            None => ("NULL".to_string(), "no table".to_string(), String::new()),
-            Some(ast::TableFactor::Table { name, .. }) => {
-                let t = self.resolve(&object_parts(&name)).await?;
-                let env = self.env();
-                let filter = match &selection {
-                    Some(e) => Some(Binder::new(&env, Some(&t), "where clause").bind(e)?),
-                    None => None,
-                };
-                let a = crate::sql::plan::choose(&t, filter.as_ref());
-                let pushed = match &a {
-                    crate::sql::plan::Access::Scan(f) => f
-                        .iter()
-                        .map(|f| format!("{} {:?} {:?}", t.col_name(f.column as usize), f.op, f.value))
-                        .collect::<Vec<_>>()
-                        .join(" AND "),
-                    _ => String::new(),
-                };
-                (t.name.clone(), a.describe(), pushed)
-            }
-            Some(_) => return Err(SqlError::not_supported("EXPLAIN of this statement")),
+        let ast::TableFactor::Table { name, .. } = table else {
+            return Err(SqlError::not_supported("EXPLAIN of this statement"));
         };
-        Ok(text_rows(&["table", "access", "pushed_filters"], vec![vec![name, access, pushed]]))
+        let t = self.resolve(&object_parts(&name)).await?;
+        let env = self.env();
+        let filter = match &selection {
+            Some(e) => Some(Binder::new(&env, Some(&t), "where clause").bind(e)?),
+            None => None,
+        };
+        let a = crate::sql::plan::choose(&t, filter.as_ref());
+        let row = vec![t.name.clone(), a.describe(), explain::pushed_text(&t, &a), String::new()];
+        Ok(text_rows(explain::COLUMNS, vec![row]))
     }
 }
 

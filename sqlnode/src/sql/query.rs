@@ -159,6 +159,8 @@ pub struct Scan {
 /// A subquery in FROM or a view: run once per statement, its rows kept for the statement.
 #[derive(Debug)]
 pub struct Derived {
+    /// The alias (or the view's name) that qualifies its columns.
+    pub name: String,
     pub plan: QueryPlan,
     pub rows: OnceLock<Vec<Vec<Val>>>,
 }
@@ -752,7 +754,7 @@ impl<'a> Planner<'a> {
                         let plan = self.view_plan(&v)?;
                         let cols = derived_columns(&plan, &q, &v.db, &v.name, &[])?;
                         scope.push(&q, Some(v.db.clone()), &v.name, cols);
-                        Ok(From::Derived(Arc::new(Derived { plan, rows: OnceLock::new() })))
+                        Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })))
                     }
                     Entry::Missing => {
                         Err(SqlError::no_such_table(parts.first().map_or("", |s| s), parts.last().map_or("", |s| s)))
@@ -777,7 +779,7 @@ impl<'a> Planner<'a> {
                 let renames: Vec<String> = alias.columns.iter().map(|c| c.name.value.clone()).collect();
                 let cols = derived_columns(&plan, &q, "", &q, &renames)?;
                 scope.push(&q, None, &q, cols);
-                Ok(From::Derived(Arc::new(Derived { plan, rows: OnceLock::new() })))
+                Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })))
             }
             ast::TableFactor::NestedJoin { table_with_joins, alias: None } => {
                 self.table_with_joins(table_with_joins, outer, scope)

@@ -1,0 +1,98 @@
+//! EXPLAIN of a query plan: one row per table read, saying how it is read (the access path and
+//! the filters the data nodes evaluate) and what the SQL node does with it (joins, derived
+//! tables, subqueries). Pure.
+
+use crate::sql::bind::TableRef;
+use crate::sql::expr::Expr;
+use crate::sql::plan::{self, Access};
+use crate::sql::query::{Body, From, JoinKind, QueryPlan, SetOp};
+
+/// Column names of EXPLAIN's result.
+pub const COLUMNS: &[&str] = &["table", "access", "pushed_filters", "in_sql_node"];
+
+/// The pushed-down filters of an access path, as text.
+pub fn pushed_text(t: &TableRef, a: &Access) -> String {
+    match a {
+        Access::Scan(f) => f
+            .iter()
+            .map(|f| format!("{} {:?} {:?}", t.col_name(f.column as usize), f.op, f.value))
+            .collect::<Vec<_>>()
+            .join(" AND "),
+        _ => String::new(),
+    }
+}
+
+/// The rows of EXPLAIN for a query plan.
+pub fn explain(plan: &QueryPlan) -> Vec<Vec<String>> {
+    let mut out = vec![];
+    query(plan, "", &mut out);
+    out
+}
+
+fn query(plan: &QueryPlan, prefix: &str, out: &mut Vec<Vec<String>>) {
+    match &plan.body {
+        Body::Select(s) => {
+            if matches!(s.from, From::Dual) {
+                out.push(vec![format!("{prefix}NULL"), "no table".into(), String::new(), String::new()]);
+            }
+            from(&s.from, prefix, "", out);
+            let mut subs = 0;
+            plan.each_expr(&mut |e| {
+                e.walk(&mut |x| {
+                    if let Expr::Subquery(sub) = x {
+                        subs += 1;
+                        let how = if sub.plan.correlated { "correlated: once per row" } else { "once per statement" };
+                        let p = format!("{prefix}subquery {subs} ({how}) > ");
+                        query(&sub.plan.plan, &p, out);
+                    }
+                })
+            });
+        }
+        Body::Set { op, all, left, right } => {
+            let name = match op {
+                SetOp::Union => "UNION",
+                SetOp::Intersect => "INTERSECT",
+                SetOp::Except => "EXCEPT",
+            };
+            let name = if *all { format!("{name} ALL") } else { name.to_string() };
+            query(left, prefix, out);
+            query(right, &format!("{prefix}{name} > "), out);
+        }
+        Body::Sorted { input, .. } => query(input, prefix, out),
+    }
+}
+
+fn from(f: &From, prefix: &str, note: &str, out: &mut Vec<Vec<String>>) {
+    match f {
+        From::Dual => {}
+        From::Scan(s) => {
+            let t = &s.table;
+            let a = plan::choose(t, s.pushed.as_ref());
+            let name = t.alias.clone().unwrap_or_else(|| t.name.clone());
+            out.push(vec![format!("{prefix}{name}"), a.describe(), pushed_text(t, &a), note.to_string()]);
+        }
+        From::Derived(d) => {
+            out.push(vec![
+                format!("{prefix}{}", d.name),
+                "derived table: the rows of its query, computed once".into(),
+                String::new(),
+                note.to_string(),
+            ]);
+            query(&d.plan, &format!("{prefix}{} > ", d.name), out);
+        }
+        From::Join(j) => {
+            let kind = match j.kind {
+                JoinKind::Inner => "inner join",
+                JoinKind::Left => "left join",
+                JoinKind::Right => "right join",
+            };
+            let how = if j.hash.is_empty() {
+                "nested loops".to_string()
+            } else {
+                format!("hash on {} column(s)", j.hash.len())
+            };
+            from(&j.left, prefix, note, out);
+            from(&j.right, prefix, &format!("{kind}, {how}"), out);
+        }
+    }
+}
