@@ -15,6 +15,7 @@ use sqlparser::ast::{
 use crate::error::{code, SqlError, SqlResult};
 use crate::session::ColumnMeta;
 use crate::sql::expr::{AggKind, AggSpec, CastTo, Cmp, Expr, Func, Sub, SubKind};
+use crate::sql::func::{IntervalUnit, LibFn};
 use crate::sql::query::Planner;
 use crate::types::{SqlType, WireType};
 use crate::val::{ArithOp, Dec, Val};
@@ -82,6 +83,11 @@ pub struct ScopeRel {
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
     pub rels: Vec<ScopeRel>,
+    /// Columns merged into another by `JOIN … USING` / `NATURAL JOIN`: unqualified names and
+    /// `*` do not see them (qualified names do).
+    pub merged: Vec<usize>,
+    /// The merged-into columns, which `*` lists first (MySQL's order for USING / NATURAL).
+    pub coalesced: Vec<usize>,
 }
 
 impl Scope {
@@ -117,6 +123,30 @@ impl Scope {
         });
     }
 
+    /// What `SELECT *` lists: the columns joins coalesced, then every other visible column.
+    pub fn star(&self) -> Vec<usize> {
+        let mut out = self.coalesced.clone();
+        for i in 0..self.width() {
+            if !self.merged.contains(&i) && !self.coalesced.contains(&i) {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// Positions of the columns named `name` in relations `rels` (unqualified lookup).
+    pub fn positions_named(&self, rels: std::ops::Range<usize>, name: &str) -> Vec<usize> {
+        let mut out = vec![];
+        for rel in &self.rels[rels] {
+            for (j, c) in rel.cols.iter().enumerate() {
+                if c.name.eq_ignore_ascii_case(name) && !self.merged.contains(&(rel.start + j)) {
+                    out.push(rel.start + j);
+                }
+            }
+        }
+        out
+    }
+
     pub fn meta(&self, i: usize) -> Option<&ColumnMeta> {
         self.rels.iter().find(|r| i >= r.start && i < r.start + r.cols.len()).map(|r| &r.cols[i - r.start])
     }
@@ -143,6 +173,9 @@ impl Scope {
                 continue;
             }
             if let Some(j) = rel.cols.iter().position(|c| c.name.eq_ignore_ascii_case(name)) {
+                if qualifier.is_none() && self.merged.contains(&(rel.start + j)) {
+                    continue;
+                }
                 if hit.is_some() {
                     return Err(SqlError::new(
                         code::NON_UNIQ_ERROR,
@@ -374,6 +407,19 @@ impl<'a> Binder<'a> {
                     other => return Err(SqlError::not_supported(format!("operator {other}"))),
                 }
             }
+            A::BinaryOp { left, op: op @ (BinaryOperator::Plus | BinaryOperator::Minus), right }
+                if matches!(right.as_ref(), A::Interval(_)) || matches!(left.as_ref(), A::Interval(_)) =>
+            {
+                // `date ± INTERVAL n unit` (and `INTERVAL n unit + date`).
+                let (date, iv) = match (left.as_ref(), right.as_ref()) {
+                    (d, A::Interval(iv)) => (d, iv),
+                    (A::Interval(iv), d) if *op == BinaryOperator::Plus => (d, iv),
+                    _ => return Err(SqlError::parse("INTERVAL can only be added to a date")),
+                };
+                let (unit, amount) = self.interval(iv)?;
+                let amount = if *op == BinaryOperator::Minus { Expr::Neg(bx(amount)) } else { amount };
+                Expr::Func(Func::Lib(LibFn::DateAdd(unit)), vec![self.bind(date)?, amount])
+            }
             A::BinaryOp { left, op, right } => {
                 let (l, r) = (self.bind(left)?, self.bind(right)?);
                 let arith = |o| Expr::Arith(o, bx(l.clone()), bx(r.clone()));
@@ -533,13 +579,18 @@ impl<'a> Binder<'a> {
         if f.over.is_some() {
             return Err(SqlError::not_supported("window functions"));
         }
-        let (arg_list, distinct) = match &f.args {
-            FunctionArguments::None => (vec![], false),
-            FunctionArguments::Subquery(_) => return Err(SqlError::not_supported("subqueries")),
-            FunctionArguments::List(l) => {
-                (l.args.iter().collect::<Vec<_>>(), matches!(l.duplicate_treatment, Some(DuplicateTreatment::Distinct)))
-            }
+        let (arg_list, distinct, clauses) = match &f.args {
+            FunctionArguments::None => (vec![], false, &[][..]),
+            FunctionArguments::Subquery(_) => return Err(SqlError::not_supported("subqueries as function arguments")),
+            FunctionArguments::List(l) => (
+                l.args.iter().collect::<Vec<_>>(),
+                matches!(l.duplicate_treatment, Some(DuplicateTreatment::Distinct)),
+                l.clauses.as_slice(),
+            ),
         };
+        if name != "group_concat" && !clauses.is_empty() {
+            return Err(SqlError::not_supported(format!("{name}(... {})", clauses[0])));
+        }
         let n = arg_list.len();
         let agg = match name.as_str() {
             "count" => Some(AggKind::Count),
@@ -547,28 +598,23 @@ impl<'a> Binder<'a> {
             "min" => Some(AggKind::Min),
             "max" => Some(AggKind::Max),
             "avg" => Some(AggKind::Avg),
+            "group_concat" => Some(AggKind::GroupConcat),
             _ => None,
         };
         if let Some(mut kind) = agg {
             if !self.allow_aggs {
                 return Err(SqlError::new(code::INVALID_GROUP_FUNC_USE, "Invalid use of group function"));
             }
-            func_arity(&name, n, n == 1)?;
-            let arg = match arg_list[0] {
-                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) if kind == AggKind::Count => {
-                    kind = AggKind::CountStar;
-                    None
-                }
-                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => {
-                    // Aggregates do not nest.
-                    self.allow_aggs = false;
-                    let r = self.bind(e);
-                    self.allow_aggs = true;
-                    Some(r?)
-                }
-                _ => return Err(SqlError::parse(format!("bad argument to {name}"))),
-            };
-            let spec = AggSpec { kind, arg, distinct };
+            func_arity(&name, n, n == 1 || (kind == AggKind::GroupConcat && n >= 1))?;
+            // Aggregates do not nest.
+            self.allow_aggs = false;
+            let r = self.agg_args(&name, kind, &arg_list, distinct, clauses);
+            self.allow_aggs = true;
+            let (arg, order, separator) = r?;
+            if arg.is_none() {
+                kind = AggKind::CountStar;
+            }
+            let spec = AggSpec { kind, arg, distinct, order, separator };
             let i = match self.aggs.iter().position(|a| *a == spec) {
                 Some(i) => i,
                 None => {
@@ -578,9 +624,14 @@ impl<'a> Binder<'a> {
             };
             return Ok(Expr::Agg(i));
         }
+        let takes_interval = matches!(name.as_str(), "date_add" | "adddate" | "date_sub" | "subdate");
         let mut args = vec![];
         for a in &arg_list {
             match a {
+                // Bound with its unit by the DATE_ADD arm below.
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(ast::Expr::Interval(_))) if takes_interval => {
+                    args.push(Expr::Lit(Val::Null))
+                }
                 FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => args.push(self.bind(e)?),
                 _ => return Err(SqlError::parse(format!("bad argument to {name}"))),
             }
@@ -635,8 +686,74 @@ impl<'a> Binder<'a> {
             "greatest" => fixed(Func::Greatest, n >= 2, args),
             "least" => fixed(Func::Least, n >= 2, args),
             "hex" => fixed(Func::Hex, n == 1, args),
-            _ => Err(SqlError::new(code::SP_DOES_NOT_EXIST, format!("FUNCTION {name} does not exist"))),
+            "date_add" | "adddate" | "date_sub" | "subdate" => {
+                func_arity(&name, n, n == 2)?;
+                let negate = name == "date_sub" || name == "subdate";
+                let (unit, amount) = match arg_list[1] {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(ast::Expr::Interval(iv))) => self.interval(iv)?,
+                    // ADDDATE(d, n) / SUBDATE(d, n): days.
+                    _ => (IntervalUnit::Day, args[1].clone()),
+                };
+                let amount = if negate { Expr::Neg(Box::new(amount)) } else { amount };
+                Ok(Expr::Func(Func::Lib(LibFn::DateAdd(unit)), vec![args[0].clone(), amount]))
+            }
+            _ => match crate::sql::func::lookup(&name, n) {
+                Some((lf, ok)) => fixed(Func::Lib(lf), ok, args),
+                None => Err(SqlError::new(code::SP_DOES_NOT_EXIST, format!("FUNCTION {name} does not exist"))),
+            },
         }
+    }
+
+    /// An aggregate's argument (None for COUNT(*)), and GROUP_CONCAT's ORDER BY and SEPARATOR.
+    #[allow(clippy::type_complexity)]
+    fn agg_args(
+        &mut self,
+        name: &str,
+        kind: AggKind,
+        args: &[&FunctionArg],
+        distinct: bool,
+        clauses: &[ast::FunctionArgumentClause],
+    ) -> SqlResult<(Option<Expr>, Vec<(Expr, bool)>, String)> {
+        let mut exprs = vec![];
+        for a in args {
+            match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) if kind == AggKind::Count && !distinct => {
+                    return Ok((None, vec![], String::new()));
+                }
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => exprs.push(self.bind(e)?),
+                _ => return Err(SqlError::parse(format!("bad argument to {name}"))),
+            }
+        }
+        // GROUP_CONCAT(a, b) concatenates its arguments per row.
+        let arg = if exprs.len() == 1 { exprs.remove(0) } else { Expr::Func(Func::Concat, exprs) };
+        let mut order = vec![];
+        let mut separator = ",".to_string();
+        for c in clauses {
+            match c {
+                ast::FunctionArgumentClause::OrderBy(items) => {
+                    for it in items {
+                        let asc = !matches!(it.options.sort, Some(ast::OrderBySort::Desc));
+                        order.push((self.bind(&it.expr)?, asc));
+                    }
+                }
+                ast::FunctionArgumentClause::Separator(v) => {
+                    separator = literal(&v.value)?.to_string_lossy().unwrap_or_default();
+                }
+                other => return Err(SqlError::not_supported(format!("{name}(... {other})"))),
+            }
+        }
+        Ok((Some(arg), order, separator))
+    }
+
+    /// `INTERVAL <expr> <unit>`: the unit and the bound amount.
+    fn interval(&mut self, iv: &ast::Interval) -> SqlResult<(IntervalUnit, Expr)> {
+        let unit = iv
+            .leading_field
+            .as_ref()
+            .and_then(|f| IntervalUnit::parse(&f.to_string()))
+            .filter(|_| iv.last_field.is_none())
+            .ok_or_else(|| SqlError::not_supported(format!("INTERVAL {}", iv)))?;
+        Ok((unit, self.bind(&iv.value)?))
     }
 
     fn sysvar(&self, name: &str) -> SqlResult<Val> {
@@ -811,6 +928,12 @@ mod tests {
 
     #[test]
     fn constant_expressions() {
+        assert_eq!(text("DATE_ADD('2024-01-31', INTERVAL 1 MONTH)"), "2024-02-29");
+        assert_eq!(text("'2024-01-01' - INTERVAL 1 DAY"), "2023-12-31");
+        assert_eq!(text("DATE_SUB('2024-01-01 00:00:00', INTERVAL 90 MINUTE)"), "2023-12-31 22:30:00");
+        assert_eq!(text("YEAR('2024-05-06') + MONTH('2024-05-06')"), "2029");
+        assert_eq!(text("LPAD(REVERSE('ab'), 4, '*')"), "**ba");
+        assert_eq!(text("ROUND(POW(2, 0.5), 3)"), "1.414");
         assert_eq!(text("1+1"), "2");
         assert_eq!(text("7/2"), "3.5000");
         assert_eq!(text("1.5*2"), "3.0");

@@ -76,6 +76,8 @@ pub enum Func {
     Least,
     Sign,
     Hex,
+    /// Math, string and date functions of [`crate::sql::func`].
+    Lib(crate::sql::func::LibFn),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +88,12 @@ pub enum AggKind {
     Min,
     Max,
     Avg,
+    GroupConcat,
 }
+
+/// Longest GROUP_CONCAT result in bytes (MySQL's default `group_concat_max_len`; longer results
+/// are cut, as MySQL does).
+pub const GROUP_CONCAT_MAX_LEN: usize = 1024;
 
 /// The rows of the enclosing queries while a subquery runs: `row` is the current row of the
 /// query directly around it, `up` the chain further out.
@@ -139,6 +146,9 @@ pub struct AggSpec {
     pub kind: AggKind,
     pub arg: Option<Expr>,
     pub distinct: bool,
+    /// GROUP_CONCAT: ORDER BY keys (expression, ascending) and the separator.
+    pub order: Vec<(Expr, bool)>,
+    pub separator: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -459,6 +469,7 @@ impl Expr {
             | Expr::Like(..) => Some(bigint),
             Expr::Agg(i) => match aggs.get(*i)?.kind {
                 AggKind::Count | AggKind::CountStar => Some(bigint),
+                AggKind::GroupConcat => Some(WireType::Str { len: GROUP_CONCAT_MAX_LEN as u32 }),
                 AggKind::Min | AggKind::Max => aggs[*i].arg.as_ref()?.wire_type(cols, aggs),
                 _ => None,
             },
@@ -668,6 +679,7 @@ pub fn call(f: Func, a: Vec<Val>) -> SqlResult<Val> {
             }
             best
         }
+        Func::Lib(lf) => crate::sql::func::call(lf, &a)?,
         Func::Hex => match arg(0) {
             Val::Null => Val::Null,
             Val::Int(i) if i >= 0 => Val::Str(format!("{i:X}")),
@@ -747,6 +759,8 @@ pub enum Acc {
         n: i64,
     },
     MinMax(Val),
+    /// GROUP_CONCAT: (ORDER BY keys, text) of every non-NULL value.
+    Concat(Vec<(Vec<Val>, Vec<u8>)>),
 }
 
 impl Acc {
@@ -755,6 +769,14 @@ impl Acc {
             AggKind::Count | AggKind::CountStar => Acc::Count(0),
             AggKind::Sum | AggKind::Avg => Acc::Sum { exact: None, float: None, n: 0 },
             AggKind::Min | AggKind::Max => Acc::MinMax(Val::Null),
+            AggKind::GroupConcat => Acc::Concat(vec![]),
+        }
+    }
+
+    /// Adds one GROUP_CONCAT value with its ORDER BY keys.
+    pub fn add_keyed(&mut self, v: Val, keys: Vec<Val>) {
+        if let (Acc::Concat(items), Some(t)) = (self, v.to_text()) {
+            items.push((keys, t));
         }
     }
 
@@ -780,6 +802,11 @@ impl Acc {
                 }
                 *float = Some(float.unwrap_or(0.0) + v.to_f64().unwrap_or(0.0));
             }
+            Acc::Concat(_) => {
+                if let Some(v) = v {
+                    self.add_keyed(v, vec![]);
+                }
+            }
             Acc::MinMax(cur) => {
                 let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(()) };
                 let replace = cur.is_null()
@@ -796,9 +823,51 @@ impl Acc {
         Ok(())
     }
 
+    /// The aggregate's value; `spec` gives GROUP_CONCAT its order and separator.
+    pub fn finish_spec(&self, spec: &AggSpec) -> Val {
+        let Acc::Concat(items) = self else { return self.finish(spec.kind) };
+        if items.is_empty() {
+            return Val::Null;
+        }
+        let mut idx: Vec<usize> = (0..items.len()).collect();
+        if !spec.order.is_empty() {
+            idx.sort_by(|&a, &b| {
+                for (i, (_, asc)) in spec.order.iter().enumerate() {
+                    let o = crate::val::sort_cmp(&items[a].0[i], &items[b].0[i]);
+                    let o = if *asc { o } else { o.reverse() };
+                    if o != std::cmp::Ordering::Equal {
+                        return o;
+                    }
+                }
+                std::cmp::Ordering::Equal
+            });
+        }
+        let mut out: Vec<u8> = vec![];
+        for (n, i) in idx.into_iter().enumerate() {
+            if n > 0 {
+                out.extend_from_slice(spec.separator.as_bytes());
+            }
+            out.extend_from_slice(&items[i].1);
+            if out.len() >= GROUP_CONCAT_MAX_LEN {
+                break;
+            }
+        }
+        if out.len() > GROUP_CONCAT_MAX_LEN {
+            out.truncate(GROUP_CONCAT_MAX_LEN);
+            // Never cut a character in two.
+            if let Err(e) = std::str::from_utf8(&out) {
+                if e.error_len().is_none() {
+                    out.truncate(e.valid_up_to());
+                }
+            }
+        }
+        bytes_or_str(out, false)
+    }
+
     pub fn finish(&self, kind: AggKind) -> Val {
         match self {
             Acc::Count(n) => Val::Int(*n),
+            Acc::Concat(_) => Val::Null,
             Acc::MinMax(v) => v.clone(),
             Acc::Sum { exact, float, n } => {
                 if *n == 0 {

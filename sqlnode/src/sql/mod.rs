@@ -4,6 +4,7 @@
 pub mod bind;
 pub mod explain;
 pub mod expr;
+pub mod func;
 pub mod join;
 pub mod parse;
 pub mod plan;

@@ -674,6 +674,7 @@ impl<'a> Planner<'a> {
 
     fn table_with_joins(&self, twj: &ast::TableWithJoins, outer: &[&Scope], scope: &mut Scope) -> SqlResult<From> {
         let start = scope.width();
+        let first_rel = scope.rels.len();
         let mut item = self.factor(&twj.relation, outer, scope)?;
         for j in &twj.joins {
             use ast::JoinOperator as J;
@@ -683,6 +684,8 @@ impl<'a> Planner<'a> {
                 J::Right(c) | J::RightOuter(c) => (JoinKind::Right, c),
                 other => return Err(SqlError::not_supported(format!("join {other:?}"))),
             };
+            let left_rels = first_rel..scope.rels.len();
+            let right_rel = scope.rels.len();
             let right = self.factor(&j.relation, outer, scope)?;
             let on = match constraint {
                 ast::JoinConstraint::On(e) => {
@@ -705,11 +708,26 @@ impl<'a> Planner<'a> {
                     Some(on)
                 }
                 ast::JoinConstraint::None => None,
-                ast::JoinConstraint::Using(_) | ast::JoinConstraint::UsingAlias(..) => {
-                    return Err(SqlError::not_supported("JOIN ... USING (write the ON condition)"))
+                ast::JoinConstraint::Using(names) => {
+                    let names: Vec<String> = names.iter().map(|n| object_parts(n).pop().unwrap_or_default()).collect();
+                    Self::using(scope, start, right_rel, &names, kind, false)?
+                }
+                ast::JoinConstraint::UsingAlias(..) => {
+                    return Err(SqlError::not_supported("JOIN ... USING (...) AS alias"));
                 }
                 ast::JoinConstraint::Natural => {
-                    return Err(SqlError::not_supported("NATURAL JOIN (write the ON condition)"))
+                    // The columns both sides have, in the right side's order.
+                    let mut names: Vec<String> = vec![];
+                    for r in &scope.rels[right_rel..] {
+                        for c in &r.cols {
+                            if !scope.positions_named(left_rels.clone(), &c.name).is_empty()
+                                && !names.iter().any(|n| n.eq_ignore_ascii_case(&c.name))
+                            {
+                                names.push(c.name.clone());
+                            }
+                        }
+                    }
+                    Self::using(scope, start, right_rel, &names, kind, true)?
                 }
             };
             let (lw, rw) = (item.width(), right.width());
@@ -724,6 +742,59 @@ impl<'a> Planner<'a> {
             }));
         }
         Ok(item)
+    }
+
+    /// `JOIN … USING (names)` (or NATURAL JOIN's common names): the equalities of the ON
+    /// condition, in the join's own positions (it starts at `start`; its right side is
+    /// relation `right_rel` on). Each name then means one column: the left one, or for RIGHT
+    /// JOIN the right one (the side whose value is never NULL-filled).
+    fn using(
+        scope: &mut Scope,
+        start: usize,
+        right_rel: usize,
+        names: &[String],
+        kind: JoinKind,
+        natural: bool,
+    ) -> SqlResult<Option<Expr>> {
+        let mut on: Option<Expr> = None;
+        let mut pairs = vec![];
+        for n in names {
+            let l = scope.positions_named(0..right_rel, n);
+            let l = l.into_iter().filter(|&i| i >= start).collect::<Vec<_>>();
+            let r = scope.positions_named(right_rel..scope.rels.len(), n);
+            let (l, r) = match (l.as_slice(), r.as_slice()) {
+                ([l], [r]) => (*l, *r),
+                ([], _) | (_, []) => {
+                    return Err(SqlError::bad_field(n, "from clause"));
+                }
+                _ => {
+                    return Err(SqlError::new(
+                        code::NON_UNIQ_ERROR,
+                        format!("Column '{n}' in from clause is ambiguous"),
+                    ))
+                }
+            };
+            pairs.push((l, r));
+            let eq = Expr::Cmp(Cmp::Eq, Box::new(Expr::Col(l - start)), Box::new(Expr::Col(r - start)));
+            on = Some(match on {
+                Some(p) => Expr::and(p, eq),
+                None => eq,
+            });
+        }
+        let mut first = vec![];
+        for (l, r) in pairs {
+            let (keep, merge) = if kind == JoinKind::Right { (r, l) } else { (l, r) };
+            scope.merged.push(merge);
+            scope.coalesced.retain(|&c| c != merge);
+            first.push(keep);
+        }
+        first.retain(|c| !scope.coalesced.contains(c));
+        first.extend(scope.coalesced.iter().copied());
+        scope.coalesced = first;
+        if natural && on.is_none() {
+            return Ok(None);
+        }
+        Ok(on)
     }
 
     fn check_alias(scope: &Scope, q: &str) -> SqlResult<()> {
@@ -856,11 +927,9 @@ impl<'a> Planner<'a> {
                     if scope.rels.is_empty() {
                         return Err(SqlError::new(code::NO_DB, "No tables used"));
                     }
-                    for rel in &scope.rels {
-                        for (i, c) in rel.cols.iter().enumerate() {
-                            outputs.push(Expr::Col(rel.start + i));
-                            metas.push(c.clone());
-                        }
+                    for i in scope.star() {
+                        outputs.push(Expr::Col(i));
+                        metas.push(scope.meta(i).cloned().unwrap_or_default());
                     }
                 }
                 SelectItem::QualifiedWildcard(kind, _) => {

@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::sql::expr::{Acc, Outer};
+use crate::sql::expr::{Acc, AggKind, Outer};
 use crate::sql::query::{Body, From, QueryPlan, SelectPlan, SetOp, SortKey};
 use crate::val::{sort_cmp, Val};
 
@@ -149,11 +149,21 @@ pub struct SelectRun<'p> {
     group_rows: Vec<Group>,
     /// Values held by DISTINCT aggregates, over all groups.
     distinct_values: usize,
+    /// Values held by GROUP_CONCAT, over all groups.
+    concat_values: usize,
 }
 
 impl<'p> SelectRun<'p> {
     pub fn new(plan: &'p SelectPlan, outer: Option<&'p Outer<'p>>) -> SelectRun<'p> {
-        SelectRun { plan, outer, buffer: vec![], groups: HashMap::new(), group_rows: vec![], distinct_values: 0 }
+        SelectRun {
+            plan,
+            outer,
+            buffer: vec![],
+            groups: HashMap::new(),
+            group_rows: vec![],
+            distinct_values: 0,
+            concat_values: 0,
+        }
     }
 
     fn new_group(&self, rep: Vec<Val>) -> Group {
@@ -195,6 +205,14 @@ impl<'p> SelectRun<'p> {
                     Some(e) => Some(e.eval_in(&row, &[], self.outer)?),
                     None => None,
                 };
+                let keys = match (&v, spec.order.is_empty()) {
+                    (Some(v), false) if !v.is_null() => spec
+                        .order
+                        .iter()
+                        .map(|(e, _)| e.eval_in(&row, &[], self.outer))
+                        .collect::<SqlResult<Vec<_>>>()?,
+                    _ => vec![],
+                };
                 let g = &mut self.group_rows[idx];
                 if let (Some(seen), Some(v)) = (&mut g.seen[i], &v) {
                     if v.is_null() {
@@ -209,6 +227,16 @@ impl<'p> SelectRun<'p> {
                     if self.distinct_values > MAX_BUFFERED_ROWS {
                         return Err(too_many("distinct values", MAX_BUFFERED_ROWS));
                     }
+                }
+                if spec.kind == AggKind::GroupConcat {
+                    if let Some(v) = v.filter(|v| !v.is_null()) {
+                        self.concat_values += 1;
+                        if self.concat_values > MAX_BUFFERED_ROWS {
+                            return Err(too_many("GROUP_CONCAT values", MAX_BUFFERED_ROWS));
+                        }
+                        g.accs[i].add_keyed(v, keys);
+                    }
+                    continue;
                 }
                 g.accs[i].add(spec.kind, v)?;
             }
@@ -278,7 +306,7 @@ impl<'p> SelectRun<'p> {
             }
             let groups = std::mem::take(&mut self.group_rows);
             for g in groups {
-                let vals: Vec<Val> = p.aggs.iter().zip(&g.accs).map(|(s, a)| a.finish(s.kind)).collect();
+                let vals: Vec<Val> = p.aggs.iter().zip(&g.accs).map(|(s, a)| a.finish_spec(s)).collect();
                 self.emit(&g.rep, &vals)?;
             }
         }
