@@ -187,6 +187,14 @@ async fn joins_subqueries_unions_views() {
     assert_eq!(rows(&mut c, "SELECT SUM(pay) FROM pay_copy").await, ["270"]);
     assert_eq!(code_of(c.query_drop("INSERT INTO pay_copy SELECT id FROM emp").await), 1136);
 
+    // UPDATE and DELETE with subqueries, correlated or not.
+    c.query_drop("UPDATE emp SET pay = pay + 1 WHERE dept IN (SELECT id FROM dept WHERE name = 'ops')").await.unwrap();
+    c.query_drop("UPDATE emp SET pay = (SELECT COUNT(*) FROM emp e2 WHERE e2.dept = emp.dept) WHERE id <= 2")
+        .await
+        .unwrap();
+    c.query_drop("DELETE FROM emp WHERE NOT EXISTS (SELECT 1 FROM dept WHERE dept.id = emp.dept)").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT name, pay FROM emp ORDER BY id").await, ["ann,2", "bob,2", "cy,91"]);
+
     // Unsupported SQL is a clear 1235, and the connection stays usable.
     assert_eq!(code_of(c.query_drop("WITH x AS (SELECT 1) SELECT * FROM x").await), 1235);
     assert_eq!(rows(&mut c, "SELECT 1").await, ["1"]);

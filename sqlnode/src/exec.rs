@@ -18,6 +18,8 @@
 //! key — and on such a collision the node rescans and retries the statement (bounded), so values
 //! are unique cluster-wide, increasing per SQL node, and not gap-free.
 
+use std::sync::Arc;
+
 use shoal_client::KeyOp;
 use shoal_proto::{ErrorCode, ShoalError, Value};
 use sqlparser::ast;
@@ -25,10 +27,10 @@ use tokio_stream::StreamExt;
 
 use crate::error::{code, SqlError, SqlResult};
 use crate::session::{object_parts, Outcome, ResultSet, Session};
-use crate::sql::bind::{Binder, TableRef};
+use crate::sql::bind::{Binder, Scope, TableRef};
 use crate::sql::expr::Expr;
 use crate::sql::plan::{self, Access};
-use crate::sql::query::{const_count, Body, Catalog, Entry, From, Planner, QueryPlan};
+use crate::sql::query::{const_count, Body, Catalog, Entry, From, Planner, QueryPlan, Scan};
 use crate::sql::select::{too_many, SelectRun};
 pub use crate::sql::select::{MAX_BUFFERED_ROWS, MAX_GROUPS};
 use crate::types::SqlType;
@@ -174,11 +176,28 @@ impl Session {
         }
     }
 
+    /// Reads the tables of the subqueries in these expressions (UPDATE and DELETE).
+    pub async fn read_subquery_tables(&self, exprs: &[&Expr]) -> SqlResult<()> {
+        let mut scans = vec![];
+        for e in exprs {
+            e.walk(&mut |x| {
+                if let Expr::Subquery(s) = x {
+                    s.plan.plan.scans(&mut scans);
+                }
+            });
+        }
+        self.read_scans(scans, None).await
+    }
+
     /// Reads every table the plan needs that is not streamed (`skip`), each through the access
     /// path its pushed-down conditions allow.
     pub async fn read_tables(&self, plan: &QueryPlan, skip: Option<&crate::sql::query::Scan>) -> SqlResult<()> {
         let mut scans = vec![];
         plan.scans(&mut scans);
+        self.read_scans(scans, skip).await
+    }
+
+    async fn read_scans(&self, scans: Vec<Arc<Scan>>, skip: Option<&Scan>) -> SqlResult<()> {
         let mut held = 0usize;
         for scan in scans {
             if skip.is_some_and(|s| std::ptr::eq(s, scan.as_ref())) || scan.rows.get().is_some() {
@@ -536,25 +555,33 @@ impl Session {
         let mut t = self.resolve(&parts).await?;
         t.alias = alias;
         let env = self.env();
-        let mut sets: Vec<(usize, Expr)> = vec![];
-        {
-            let mut b = Binder::new(&env, Some(&t), "field list");
-            for a in &u.assignments {
-                let ast::AssignmentTarget::ColumnName(n) = &a.target else {
-                    return Err(SqlError::not_supported("tuple assignment"));
-                };
-                let cname = object_parts(n).pop().unwrap_or_default();
-                let i = t.column(&cname).ok_or_else(|| SqlError::bad_field(&cname, "field list"))?;
-                if t.table.spec.primary_key.contains(&(i as u32)) {
-                    return Err(SqlError::not_supported("updating primary key columns"));
+        let scope = Scope::of_table(&t);
+        // Bound with the planner, so values and the WHERE clause may hold subqueries.
+        let (sets, filter) = self
+            .plan(|p| {
+                let mut sets: Vec<(usize, Expr)> = vec![];
+                let mut b = Binder::scoped(p.env, &scope, &[], Some(p), "field list");
+                for a in &u.assignments {
+                    let ast::AssignmentTarget::ColumnName(n) = &a.target else {
+                        return Err(SqlError::not_supported("tuple assignment"));
+                    };
+                    let cname = object_parts(n).pop().unwrap_or_default();
+                    let i = t.column(&cname).ok_or_else(|| SqlError::bad_field(&cname, "field list"))?;
+                    if t.table.spec.primary_key.contains(&(i as u32)) {
+                        return Err(SqlError::not_supported("updating primary key columns"));
+                    }
+                    sets.push((i, b.bind(&a.value)?));
                 }
-                sets.push((i, b.bind(&a.value)?));
-            }
-        }
-        let filter = match &u.selection {
-            Some(e) => Some(Binder::new(&env, Some(&t), "where clause").bind(e)?),
-            None => None,
-        };
+                let filter = match &u.selection {
+                    Some(e) => Some(Binder::scoped(p.env, &scope, &[], Some(p), "where clause").bind(e)?),
+                    None => None,
+                };
+                Ok((sets, filter))
+            })
+            .await?;
+        let mut subqueries = filter.iter().collect::<Vec<_>>();
+        subqueries.extend(sets.iter().map(|(_, e)| e));
+        self.read_subquery_tables(&subqueries).await?;
         if !u.order_by.is_empty() && u.limit.is_some() {
             return Err(SqlError::not_supported("UPDATE ... ORDER BY ... LIMIT"));
         }
@@ -654,8 +681,13 @@ impl Session {
         let mut t = self.resolve(&parts).await?;
         t.alias = alias;
         let env = self.env();
+        let scope = Scope::of_table(&t);
         let filter = match &d.selection {
-            Some(e) => Some(Binder::new(&env, Some(&t), "where clause").bind(e)?),
+            Some(e) => {
+                let f = self.plan(|p| Binder::scoped(p.env, &scope, &[], Some(p), "where clause").bind(e)).await?;
+                self.read_subquery_tables(&[&f]).await?;
+                Some(f)
+            }
             None => None,
         };
         if !d.order_by.is_empty() && d.limit.is_some() {
