@@ -130,6 +130,18 @@ async fn joins_subqueries_unions_views() {
     assert_eq!(code_of(c.query_drop("SELECT (SELECT id FROM emp)").await), 1242);
     assert_eq!(code_of(c.query_drop("SELECT 1 IN (SELECT id, name FROM emp)").await), 1241);
 
+    // Common table expressions and DUAL.
+    assert_eq!(
+        rows(
+            &mut c,
+            "WITH d AS (SELECT id, name FROM dept), e (who, dept) AS (SELECT name, dept FROM emp WHERE dept IN \
+             (SELECT id FROM d)) SELECT e.who, d.name FROM e JOIN d ON e.dept = d.id ORDER BY 1"
+        )
+        .await,
+        ["ann,eng", "bob,eng", "cy,ops"]
+    );
+    assert_eq!(rows(&mut c, "SELECT 1 + 1 FROM DUAL").await, ["2"]);
+
     // Set operations, derived tables, DISTINCT aggregates.
     assert_eq!(
         rows(&mut c, "SELECT dept FROM emp UNION SELECT id FROM dept ORDER BY 1").await,
@@ -196,7 +208,7 @@ async fn joins_subqueries_unions_views() {
     assert_eq!(rows(&mut c, "SELECT name, pay FROM emp ORDER BY id").await, ["ann,2", "bob,2", "cy,91"]);
 
     // Unsupported SQL is a clear 1235, and the connection stays usable.
-    assert_eq!(code_of(c.query_drop("WITH x AS (SELECT 1) SELECT * FROM x").await), 1235);
+    assert_eq!(code_of(c.query_drop("WITH RECURSIVE x AS (SELECT 1) SELECT * FROM x").await), 1235);
     assert_eq!(rows(&mut c, "SELECT 1").await, ["1"]);
     c.query_drop("DROP DATABASE q").await.unwrap();
     c.query_drop("DROP DATABASE other").await.unwrap();

@@ -271,6 +271,18 @@ pub struct Planner<'a> {
     /// The database unqualified names mean (the session's, or a view's while planning it).
     db: RefCell<Option<String>>,
     depth: Cell<usize>,
+    /// Common table expressions in scope, innermost last.
+    ctes: RefCell<Vec<Cte>>,
+}
+
+/// A `WITH` query: planned as a derived table wherever it is named.
+#[derive(Clone)]
+struct Cte {
+    name: String,
+    query: ast::Query,
+    columns: Vec<String>,
+    /// The statement text its spans refer to.
+    text: String,
 }
 
 /// The text of an expression as the query wrote it (MySQL's column name for it).
@@ -513,7 +525,14 @@ fn choose_hash_keys(fr: &mut From, start: usize, nullable: bool, conj: &[Expr], 
 
 impl<'a> Planner<'a> {
     pub fn new(env: &'a Env, catalog: &'a Catalog) -> Planner<'a> {
-        Planner { env, catalog, wanted: RefCell::new(None), db: RefCell::new(catalog.db.clone()), depth: Cell::new(0) }
+        Planner {
+            env,
+            catalog,
+            wanted: RefCell::new(None),
+            db: RefCell::new(catalog.db.clone()),
+            depth: Cell::new(0),
+            ctes: RefCell::new(vec![]),
+        }
     }
 
     fn lookup(&self, parts: &[String]) -> SqlResult<Entry> {
@@ -574,9 +593,44 @@ impl<'a> Planner<'a> {
         outer: &[&Scope],
         names: Option<&[String]>,
     ) -> SqlResult<QueryPlan> {
-        if q.with.is_some() {
-            return Err(SqlError::not_supported("WITH (common table expressions)"));
+        let Some(with) = &q.with else { return self.query_body(q, text, outer, names) };
+        if with.recursive {
+            return Err(SqlError::not_supported("WITH RECURSIVE"));
         }
+        // The CTEs are visible to the rest of this query (and, in order, to each other).
+        let base = self.ctes.borrow().len();
+        for c in &with.cte_tables {
+            let name = c.alias.name.value.clone();
+            if self.ctes.borrow()[base..].iter().any(|o| o.name.eq_ignore_ascii_case(&name)) {
+                self.ctes.borrow_mut().truncate(base);
+                return Err(SqlError::new(code::NONUNIQ_TABLE, format!("Not unique table/alias: '{name}'")));
+            }
+            let columns = c.alias.columns.iter().map(|col| col.name.value.clone()).collect();
+            self.ctes.borrow_mut().push(Cte { name, query: (*c.query).clone(), columns, text: text.to_string() });
+        }
+        let r = self.query_body(q, text, outer, names);
+        self.ctes.borrow_mut().truncate(base);
+        r
+    }
+
+    /// Plans the CTE named `name` (the innermost one of that name) as a derived table, seeing
+    /// only the CTEs defined before it. None when no CTE has that name.
+    fn cte(&self, name: &str) -> Option<SqlResult<(QueryPlan, Vec<String>)>> {
+        let pos = self.ctes.borrow().iter().rposition(|c| c.name.eq_ignore_ascii_case(name))?;
+        let cte = self.ctes.borrow()[pos].clone();
+        let later = self.ctes.borrow_mut().split_off(pos);
+        let plan = self.query(&cte.query, &cte.text, &[], None);
+        self.ctes.borrow_mut().extend(later);
+        Some(plan.map(|p| (p, cte.columns)))
+    }
+
+    fn query_body(
+        &self,
+        q: &ast::Query,
+        text: &str,
+        outer: &[&Scope],
+        names: Option<&[String]>,
+    ) -> SqlResult<QueryPlan> {
         if !q.locks.is_empty() {
             return Err(SqlError::not_supported("SELECT ... FOR UPDATE / FOR SHARE (no transactions yet)"));
         }
@@ -809,6 +863,23 @@ impl<'a> Planner<'a> {
             ast::TableFactor::Table { name, alias, args: None, .. } => {
                 let parts = object_parts(name);
                 let alias_name = alias.as_ref().map(|a| a.name.value.clone());
+                if let [one] = parts.as_slice() {
+                    if let Some(r) = self.cte(one) {
+                        let (plan, mut renames) = r?;
+                        if let Some(a) = alias.as_ref().filter(|a| !a.columns.is_empty()) {
+                            renames = a.columns.iter().map(|c| c.name.value.clone()).collect();
+                        }
+                        let q = alias_name.unwrap_or_else(|| one.clone());
+                        Self::check_alias(scope, &q)?;
+                        let cols = derived_columns(&plan, &q, "", &q, &renames)?;
+                        scope.push(&q, None, &q, cols);
+                        return Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })));
+                    }
+                    if one.eq_ignore_ascii_case("dual") && alias.is_none() {
+                        // MySQL's dummy table: one row, no columns.
+                        return Ok(From::Dual);
+                    }
+                }
                 if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
                     return Err(SqlError::not_supported("column aliases on a table"));
                 }
@@ -869,9 +940,12 @@ impl<'a> Planner<'a> {
         let ast::Statement::CreateView(cv) = stmt else {
             return Err(SqlError::internal(format!("view {}.{} has a bad definition", v.db, v.name)));
         };
+        // A view sees its own database and none of the statement's CTEs.
         let saved = self.db.replace(Some(v.db.clone()));
+        let saved_ctes = self.ctes.replace(vec![]);
         let plan = self.query(&cv.query, &v.sql, &[], None);
         *self.db.borrow_mut() = saved;
+        *self.ctes.borrow_mut() = saved_ctes;
         let mut plan = plan?;
         if !cv.columns.is_empty() {
             if cv.columns.len() != plan.columns.len() {
