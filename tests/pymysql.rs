@@ -17,6 +17,18 @@ fn pymysql_importable() -> bool {
     Command::new("python3").args(["-c", "import pymysql"]).output().is_ok_and(|o| o.status.success())
 }
 
+/// The Python program, killed (and reaped) when the test ends however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn pymysql_dbapi_program() {
     if !pymysql_importable() {
@@ -43,21 +55,21 @@ fn pymysql_dbapi_program() {
     let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
     let (host, port) = cluster.mysql_addrs[0].rsplit_once(':').expect("host:port");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pymysql_dbapi.py");
-    let mut child = Command::new("python3")
-        .args([script, host, port])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start python3");
+    let mut child = KillOnDrop(
+        Command::new("python3")
+            .args([script, host, port])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start python3"),
+    );
+    let child = &mut child.0;
     let deadline = Instant::now() + SCRIPT_TIMEOUT;
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait for python3") {
             break Some(s);
         }
         if Instant::now() > deadline {
-            // Never leave the program running past the test.
-            let _ = child.kill();
-            let _ = child.wait();
             break None;
         }
         std::thread::sleep(Duration::from_millis(50));

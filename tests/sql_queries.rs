@@ -90,6 +90,18 @@ async fn joins_subqueries_unions_views() {
         rows(&mut c, "EXPLAIN SELECT name FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.id)").await,
         ["d,full scan,,", "subquery 1 (correlated: once per row) > e,full scan,,"]
     );
+    // The binary protocol (prepared statements) runs the same plans.
+    let r: Vec<(String, String)> = c
+        .exec("SELECT e.name, d.name FROM emp e JOIN dept d ON e.dept = d.id WHERE e.pay > ? ORDER BY e.id", (85,))
+        .await
+        .unwrap();
+    assert_eq!(r, [("ann".to_string(), "eng".to_string()), ("cy".into(), "ops".into())]);
+    let n: Option<i64> = c
+        .exec_first("SELECT COUNT(*) FROM emp WHERE dept IN (SELECT id FROM dept WHERE name = ?)", ("eng",))
+        .await
+        .unwrap();
+    assert_eq!(n, Some(2));
+
     // USING and NATURAL: the common columns once, first in `*`.
     assert_eq!(
         rows(&mut c, "SELECT * FROM emp JOIN dept USING (id) ORDER BY id").await,
