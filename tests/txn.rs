@@ -372,6 +372,17 @@ async fn multi_partition_transaction_is_atomic_and_rollback_leaves_nothing() {
             assert_eq!(balance(&got), k, "replica {} of key {k}", r.node_id);
         }
     }
+    // A locking scan locks what it returns: a plain writer then waits.
+    let mut reader = client.begin();
+    let filter = shoal_proto::filter::Filter { column: 1, op: shoal_proto::filter::CmpOp::Lt, value: Value::Int(10) };
+    let rows = reader.scan_locked("accounts", vec![filter], LockMode::Exclusive, 1000).await.unwrap();
+    assert_eq!(rows.len(), 10);
+    let mut other = client.begin();
+    let e = other.update("accounts", vec![Value::Int(3)], vec![1], vec![Value::Int(0)]).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::LockWaitTimeout);
+    other.rollback().await.unwrap();
+    reader.commit().await.unwrap();
+
     let mut tx = client.begin();
     for k in 0..50 {
         tx.update("accounts", vec![Value::Int(k)], vec![1], vec![Value::Int(-1)]).await.unwrap();

@@ -120,6 +120,8 @@ struct Inner {
     epoch_tx: watch::Sender<u64>,
     /// Newest complete global checkpoint (advances without a new epoch).
     gci_tx: watch::Sender<u64>,
+    /// Highest GCI this client asked mgmd to hurry.
+    hurried: AtomicU64,
     nodes: Mutex<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
     /// Key-operation batchers per (data node, read-backup).
     batchers: Mutex<HashMap<(NodeId, bool), AddressedBatcher>>,
@@ -171,6 +173,7 @@ impl Client {
             map: ArcSwap::from_pointee(map),
             epoch_tx,
             gci_tx,
+            hurried: AtomicU64::new(0),
             nodes: Mutex::new(HashMap::new()),
             batchers: Mutex::new(HashMap::new()),
             opts,
@@ -197,6 +200,14 @@ impl Client {
     /// Waits until global checkpoint `gci` is complete for `node_group`, up to `deadline`.
     async fn wait_durable(&self, gci: u64, node_group: u32, deadline: Instant) -> Result<()> {
         let mut rx = self.inner.gci_tx.subscribe();
+        // Ask mgmd to checkpoint now rather than at its next interval (once per GCI; concurrent
+        // writers share the round: group commit).
+        if *rx.borrow() < gci && self.inner.hurried.fetch_max(gci, Ordering::AcqRel) < gci {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _ = me.inner.mgmd.hurry_checkpoint(gci).await;
+            });
+        }
         let wait = deadline.saturating_duration_since(Instant::now());
         let reached = matches!(tokio::time::timeout(wait, rx.wait_for(|&g| g >= gci)).await, Ok(Ok(_)));
         if reached && !self.map().gci_durable(gci, node_group) {

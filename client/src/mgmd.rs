@@ -103,6 +103,14 @@ impl MgmdPool {
     }
 
     /// Status from the leader if one answers, else from any mgmd.
+    /// Asks the mgmd leader to run global checkpoints now until `gci` is complete.
+    pub async fn hurry_checkpoint(&self, gci: u64) -> Result<(), ShoalError> {
+        self.on_leader(|mut c| async move {
+            Ok(((), c.hurry_checkpoint(pb::HurryRequest { gci }).await?.into_inner().error))
+        })
+        .await
+    }
+
     pub async fn status(&self) -> Result<pb::StatusResponse, ShoalError> {
         let mut best: Option<pb::StatusResponse> = None;
         for (_, c) in &self.clients {

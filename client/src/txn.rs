@@ -89,6 +89,47 @@ impl Transaction {
         self.one(KeyOp::Delete { table: table.into(), key }, LockMode::None).await.map(|_| ())
     }
 
+    /// Scans `table` for rows matching every filter and locks each one it returns with `lock`
+    /// (`SELECT … FOR UPDATE` / `LOCK IN SHARE MODE` over a scan). The scan finds candidates
+    /// without locks; each is then read again under its lock and kept only if it still
+    /// matches, so every row returned is locked and current. Rows inserted by others after the
+    /// scan passed are not seen (no gap locks). At most `max_rows` rows.
+    pub async fn scan_locked(
+        &mut self,
+        table: &str,
+        filters: Vec<shoal_proto::filter::Filter>,
+        lock: LockMode,
+        max_rows: usize,
+    ) -> Result<Vec<Row>> {
+        use tokio_stream::StreamExt;
+        let t = self.client.table(table)?;
+        let key_cols: Vec<usize> = t.spec.primary_key.iter().map(|&c| c as usize).collect();
+        let mut keys = vec![];
+        let mut stream = self.client.scan(table, filters.clone(), vec![]);
+        while let Some(row) = stream.next().await {
+            let row = row?;
+            keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Row>());
+            if keys.len() > max_rows {
+                return Err(ShoalError::new(
+                    ErrorCode::TooManyLocks,
+                    format!("a locking scan returns at most {max_rows} rows"),
+                ));
+            }
+        }
+        let mut out = vec![];
+        for chunk in keys.chunks(500) {
+            let ops = chunk.iter().map(|k| (KeyOp::Read { table: table.into(), key: k.clone() }, lock)).collect();
+            for r in self.execute(ops).await {
+                if let Some(row) = r? {
+                    if filters.iter().all(|f| f.matches(&row)) {
+                        out.push(row);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     async fn one(&mut self, op: KeyOp, lock: LockMode) -> Result<Option<Row>> {
         self.execute(vec![(op, lock)]).await.pop().unwrap_or_else(|| Err(ShoalError::internal("no outcome")))
     }

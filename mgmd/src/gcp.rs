@@ -44,9 +44,14 @@ pub async fn gcp_loop(leader: Arc<Leader>, mut shutdown: watch::Receiver<bool>) 
     let mut failures = 0u64;
     loop {
         let interval = Duration::from_millis(leader.cluster_config().cluster.gcp_interval_ms);
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = shutdown.wait_for(|&s| s) => return,
+        // Sync writers waiting on a GCI not complete yet: the next round starts at once.
+        let wanted = leader.hurry_to.load(std::sync::atomic::Ordering::Acquire);
+        if wanted <= leader.consensus().published.current().gci_complete {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = leader.hurry.notified() => {}
+                _ = shutdown.wait_for(|&s| s) => return,
+            }
         }
         if !leader.is_acting() {
             next = 0;
@@ -91,6 +96,8 @@ pub async fn gcp_loop(leader: Arc<Leader>, mut shutdown: watch::Receiver<bool>) 
                     tracing::warn!(gci, "global checkpoint {gci} abandoned ({} in a row): {e}", failures + 1);
                 }
                 failures += 1;
+                // Hurried rounds run back to back; a failing one must not spin.
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
     }

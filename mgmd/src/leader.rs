@@ -125,6 +125,10 @@ impl Term {
 
 pub struct Leader {
     consensus: Consensus,
+    /// Highest GCI a `sync` writer waits for; the checkpoint driver runs rounds back to back
+    /// until it is complete.
+    pub(crate) hurry_to: std::sync::atomic::AtomicU64,
+    pub(crate) hurry: tokio::sync::Notify,
     /// The config file this mgmd started with: bootstraps the model, and names the data nodes
     /// until the model does.
     file_config: Arc<ClusterConfig>,
@@ -137,7 +141,13 @@ fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
 
 impl Leader {
     pub fn new(consensus: Consensus, file_config: Arc<ClusterConfig>) -> Arc<Leader> {
-        Arc::new(Leader { consensus, file_config, term: Mutex::new(None) })
+        Arc::new(Leader {
+            consensus,
+            file_config,
+            term: Mutex::new(None),
+            hurry_to: Default::default(),
+            hurry: tokio::sync::Notify::new(),
+        })
     }
 
     /// The configuration in force: the replicated one once bootstrapped.
@@ -153,6 +163,17 @@ impl Leader {
             tokio::spawn(self.clone().tick_loop(shutdown.clone())),
             tokio::spawn(crate::gcp::gcp_loop(self.clone(), shutdown)),
         ]
+    }
+
+    /// A `sync` writer waits for `gci`: wake the checkpoint driver.
+    pub fn hurry_checkpoint(&self, gci: u64) -> Result<(), ShoalError> {
+        if !self.is_acting() {
+            return Err(self.consensus.not_leader(self.consensus.leader()));
+        }
+        if self.hurry_to.fetch_max(gci, std::sync::atomic::Ordering::AcqRel) < gci {
+            self.hurry.notify_one();
+        }
+        Ok(())
     }
 
     /// Restart progress reported by data nodes in the last few seconds (leader only).

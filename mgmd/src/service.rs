@@ -197,6 +197,14 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         }))
     }
 
+    async fn hurry_checkpoint(&self, req: Request<pb::HurryRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        let error = match self.leader.hurry_checkpoint(req.into_inner().gci) {
+            Ok(()) => None,
+            Err(e) => Some(e.into()),
+        };
+        Ok(Response::new(pb::AdminResponse { error, epoch: 0, table: None }))
+    }
+
     async fn node_synced(&self, req: Request<pb::NodeSyncedRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
         let res = match nonzero("node_id", r.node_id.into()).and(nonzero("incarnation", r.incarnation)) {
