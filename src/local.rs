@@ -213,19 +213,22 @@ impl LocalCluster {
 
     /// Stops every node: SIGTERM, then SIGKILL for any still running after `grace`.
     pub fn stop_all(&self, grace: Duration) {
-        // SQL nodes, then data nodes, then mgmd, so each sees the ones after it go.
-        let mut ids: Vec<u32> = self.config.sqlnode.iter().map(|s| s.id).collect();
-        ids.extend(self.config.datanode.iter().map(|d| d.id));
-        ids.extend(self.config.mgmd.iter().map(|m| m.id));
-        for &id in &ids {
-            let _ = self.signal(id, libc::SIGTERM, Duration::ZERO);
-        }
+        // SQL nodes and data nodes first: a stopping data node waits until its last writes are
+        // in a complete global checkpoint, which needs mgmd; mgmd goes last.
+        let mut first: Vec<u32> = self.config.sqlnode.iter().map(|s| s.id).collect();
+        first.extend(self.config.datanode.iter().map(|d| d.id));
+        let last: Vec<u32> = self.config.mgmd.iter().map(|m| m.id).collect();
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && ids.iter().any(|&id| self.pid(id).is_some()) {
-            reap();
-            std::thread::sleep(Duration::from_millis(20));
+        for ids in [&first, &last] {
+            for &id in ids {
+                let _ = self.signal(id, libc::SIGTERM, Duration::ZERO);
+            }
+            while Instant::now() < deadline && ids.iter().any(|&id| self.pid(id).is_some()) {
+                reap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        for &id in &ids {
+        for &id in first.iter().chain(&last) {
             let _ = self.signal(id, libc::SIGKILL, Duration::from_secs(2));
         }
     }

@@ -55,6 +55,8 @@ pub struct Durability {
     restored: Mutex<HashMap<(TableId, PartitionId), Arc<Partition>>>,
     lcp_redo_bytes: u64,
     lcp_interval: Duration,
+    /// The node is stopping: no new commits.
+    closing: AtomicBool,
 }
 
 /// What recovery found at start.
@@ -94,7 +96,13 @@ impl Durability {
             restored: Mutex::new(HashMap::new()),
             lcp_redo_bytes,
             lcp_interval,
+            closing: AtomicBool::new(false),
         }
+    }
+
+    /// Refuses every later commit (the node is stopping).
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
     }
 
     /// Restores the node's rows from `dir` up to `target` (the GCI mgmd recorded for this
@@ -150,6 +158,9 @@ impl Durability {
     /// Checks the redo log can take a commit, waits for room in its buffer, and stamps the
     /// commit with the current GCI. The commit is in flight until the stamp is dropped.
     pub async fn begin_commit(&self, partition: PartitionId) -> Result<Stamp<'_>, ShoalError> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(ShoalError::new(shoal_proto::ErrorCode::NodeNotReady, "the node is stopping"));
+        }
         if let Some(r) = &self.redo {
             r.check_writable(partition)?;
             r.wait_for_room(partition).await;

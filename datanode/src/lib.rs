@@ -149,7 +149,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(svc)
-        .serve_with_incoming_shutdown(nodelay(listener), shutdown_signal())
+        .serve_with_incoming_shutdown(nodelay(listener), shutdown(node.clone(), link.clone()))
         .await
         .context("serve gRPC")?;
     tracing::info!("datanode {} stopped", me.id);
@@ -167,6 +167,27 @@ fn nodelay(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std
         }
         s
     })
+}
+
+/// How long a stopping node waits for its last writes to reach a complete global checkpoint.
+const STOP_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// On SIGTERM: refuse new commits, and keep serving (checkpoint calls included) until every
+/// commit this node stamped is in a complete global checkpoint, so a clean stop of the whole
+/// cluster loses nothing. Then the server stops.
+async fn shutdown(node: Arc<node::Node>, link: Arc<mgmd_link::MgmdLink>) {
+    shutdown_signal().await;
+    node.durability.close();
+    let last = node.durability.clock.current();
+    tracing::info!("stopping: new writes refused; waiting for global checkpoint {last}");
+    let _ = link.hurry_checkpoint(last).await;
+    let deadline = tokio::time::Instant::now() + STOP_FLUSH_TIMEOUT;
+    while node.map().gci_complete < last && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if node.map().gci_complete < last {
+        tracing::warn!("stopping before global checkpoint {last} completed: the newest writes may be taken back");
+    }
 }
 
 async fn shutdown_signal() {

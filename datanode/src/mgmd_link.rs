@@ -43,6 +43,10 @@ impl MgmdLink {
         .await
     }
 
+    pub async fn hurry_checkpoint(&self, gci: u64) -> Result<(), ShoalError> {
+        self.pool.hurry_checkpoint(gci).await
+    }
+
     pub async fn synced(&self, node_id: NodeId, incarnation: u64, sync_epoch: Epoch) -> Result<(), ShoalError> {
         let req = pb::NodeSyncedRequest { node_id, incarnation, sync_epoch };
         self.on_leader(|mut c| async move { Ok(((), c.node_synced(req).await?.into_inner().error)) }).await
