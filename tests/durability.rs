@@ -300,3 +300,53 @@ async fn sql_session_in_sync_mode_survives_a_whole_cluster_kill() {
     let n: Option<i64> = c.query_first("SELECT COUNT(*) FROM d.t").await.unwrap();
     assert_eq!(n, Some(20), "every INSERT acknowledged in sync mode survives");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_are_all_or_nothing_after_a_whole_cluster_kill() {
+    let mut cluster = TestCluster::start_with_args(2, 2, 1, 0, &["--gcp-interval-ms", "100"]);
+    let client = cluster.client().await;
+    client.create_table(kv_spec("t"), false).await.unwrap();
+    // Each transaction inserts 5 rows spread over partitions and node groups; acknowledged ones
+    // are sync (on disk), the others may or may not survive, but never in part.
+    let crashed = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let mut writers = vec![];
+    for w in 0..4i64 {
+        let (client, crashed, acked) = (client.with_durability(Durability::Sync), crashed.clone(), acked.clone());
+        writers.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !crashed.load(Ordering::SeqCst) && n < 10_000 {
+                let txn = w * 100_000 + n;
+                n += 1;
+                let mut tx = client.begin();
+                let mut ok = true;
+                for i in 0..5 {
+                    ok &= tx.insert("t", vec![Value::Int(txn * 10 + i), Value::Text(value(txn))]).await.is_ok();
+                }
+                if ok && tx.commit().await.is_ok() && !crashed.load(Ordering::SeqCst) {
+                    acked.lock().unwrap().push(txn);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    crashed.store(true, Ordering::SeqCst);
+    cluster.crash_all_and_restart();
+    for w in writers {
+        let _ = w.await;
+    }
+    let client = cluster.client().await;
+    let rows = all_rows(&client).await;
+    let mut by_txn: HashMap<i64, usize> = HashMap::new();
+    for k in rows.keys() {
+        *by_txn.entry(k / 10).or_default() += 1;
+    }
+    let partial: Vec<(&i64, &usize)> = by_txn.iter().filter(|(_, &n)| n != 5).collect();
+    assert!(partial.is_empty(), "transactions restored in part: {partial:?}");
+    let acked = acked.lock().unwrap();
+    for txn in acked.iter() {
+        assert_eq!(by_txn.get(txn), Some(&5), "acknowledged transaction {txn} is gone");
+    }
+    eprintln!("{} transactions acknowledged, {} restored whole", acked.len(), by_txn.len());
+    assert!(acked.len() > 20, "the load ran");
+}

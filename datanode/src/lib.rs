@@ -29,8 +29,6 @@ use clap::Parser;
 use shoal_proto::config::ClusterConfig;
 use shoal_proto::pb::data_node_server::DataNodeServer;
 
-/// How long a write waits for a row lock held by another write.
-pub const LOCK_WAIT_MS: u64 = 2000;
 /// Largest gRPC message a data node accepts.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Queued failure reports about peers.
@@ -45,6 +43,10 @@ pub struct Args {
     /// Path of cluster.toml.
     #[arg(long)]
     pub config: PathBuf,
+    /// Initial node restart: discard this node's checkpoints and redo log (a replaced disk, or
+    /// files known bad) and copy everything from the live replicas of its node group.
+    #[arg(long)]
+    pub initial: bool,
 }
 
 pub fn main_entry() {
@@ -94,7 +96,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         heartbeat_interval: Duration::from_millis(c.heartbeat_interval_ms),
         lease: Duration::from_millis(c.lease_ms),
         failure_timeout: Duration::from_millis(c.failure_timeout_ms),
-        lock_wait: Duration::from_millis(LOCK_WAIT_MS),
+        lock_wait: Duration::from_millis(c.lock_wait_timeout_ms),
+        txn_inactive: Duration::from_millis(c.transaction_inactive_timeout_ms),
     };
     let budget = storage::MemoryBudget::new(me.data_memory_mb * 1024 * 1024);
     let (report_tx, report_rx) = tokio::sync::mpsc::channel(FAILURE_REPORT_QUEUE);
@@ -106,6 +109,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Restore this node's own files up to the global checkpoint mgmd recorded for it, before
     // joining: mgmd starts a node group from disk only with a node that restored the newest.
     let data_dir = data_dir_of(&args.config, &me.data_dir);
+    if args.initial {
+        for sub in ["lcp", "redo"] {
+            let d = data_dir.join(sub);
+            if d.exists() {
+                std::fs::remove_dir_all(&d).with_context(|| format!("--initial: remove {}", d.display()))?;
+            }
+        }
+        tracing::warn!("--initial: discarded this node's checkpoints and redo log; it will copy from its peers");
+    }
     let map = mgmd_link::fetch_map_at_start(&link).await;
     let target = map.node(me.id).map_or(0, |n| n.restorable_gci);
     let lcp = (c.lcp_redo_mb, Duration::from_secs(c.lcp_interval_s));
@@ -130,6 +142,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         timing: timing.clone(),
         budget,
         durability: recovered.durability,
+        txn_limits: txn::TxnLimits {
+            max_writes: c.max_txn_operations as usize,
+            max_locks: c.max_locks_per_node as usize,
+        },
     };
     let node = node::Node::new(setup, report_tx, transport);
     let loaded = recovered.loaded_gci;

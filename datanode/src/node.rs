@@ -31,6 +31,8 @@ pub struct Timing {
     pub lease: Duration,
     pub failure_timeout: Duration,
     pub lock_wait: Duration,
+    /// An unprepared transaction idle this long is rolled back.
+    pub txn_inactive: Duration,
 }
 
 type PartitionTable = HashMap<(TableId, PartitionId), Arc<Partition>>;
@@ -44,6 +46,7 @@ pub struct NodeSetup {
     pub timing: Timing,
     pub budget: Arc<MemoryBudget>,
     pub durability: Durability,
+    pub txn_limits: crate::txn::TxnLimits,
 }
 
 pub struct Node {
@@ -85,7 +88,7 @@ impl Node {
         failure_reports: mpsc::Sender<(NodeId, String)>,
         transport: Arc<dyn Transport>,
     ) -> Arc<Node> {
-        let NodeSetup { id, incarnation, addr, timing, budget, durability } = setup;
+        let NodeSetup { id, incarnation, addr, timing, budget, durability, txn_limits } = setup;
         let (epoch_tx, _) = watch::channel(0);
         Arc::new(Node {
             failure_reports,
@@ -106,7 +109,7 @@ impl Node {
             lease_until_ns: AtomicU64::new(0),
             refresh: Notify::new(),
             durability,
-            txns: crate::txn::Txns::default(),
+            txns: crate::txn::Txns::new(txn_limits),
         })
     }
 

@@ -90,6 +90,10 @@ impl Sim {
                 gcp_interval_ms: 200,
                 lcp_redo_mb: 64,
                 lcp_interval_s: 300,
+                lock_wait_timeout_ms: 1000,
+                transaction_inactive_timeout_ms: 5000,
+                max_txn_operations: 10_000,
+                max_locks_per_node: 200_000,
             },
             mgmd: vec![MgmdConfig { id: 1, addr: "sim:1".into(), data_dir: "m".into() }],
             datanode: (0..replicas)
@@ -143,6 +147,7 @@ impl Sim {
             lease: Duration::from_secs(3600),
             failure_timeout: Duration::from_secs(3601),
             lock_wait: Duration::from_secs(2),
+            txn_inactive: Duration::from_secs(5),
         };
         let transport = Arc::new(SimTransport(self.net.clone()));
         let setup = NodeSetup {
@@ -152,6 +157,7 @@ impl Sim {
             timing,
             budget: MemoryBudget::new(64 << 20),
             durability: Durability::memory_only(),
+            txn_limits: crate::txn::TxnLimits::default(),
         };
         let node = Node::new(setup, tx, transport);
         node.renew_lease(Instant::now(), Duration::from_secs(3600));
@@ -354,6 +360,7 @@ async fn full_node_answers_table_full_and_keeps_serving() {
             timing: old.timing.clone(),
             budget: MemoryBudget::new(64 * 1024),
             durability: Durability::memory_only(),
+            txn_limits: crate::txn::TxnLimits::default(),
         };
         let node = Node::new(setup, tx, Arc::new(SimTransport(sim.net.clone())));
         node.renew_lease(Instant::now(), Duration::from_secs(3600));

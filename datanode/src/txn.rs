@@ -26,7 +26,7 @@
 //! node-group peers what was decided: the recorded decision is carried out; without a record
 //! the peer notes the transaction aborted (so a late record from the dying TC is refused) and
 //! it aborts. A transaction that is not prepared and idle longer than
-//! `TXN_INACTIVE_TIMEOUT` (its client vanished) is aborted and its locks freed.
+//! `transaction_inactive_timeout_ms` (its client vanished) is aborted and its locks freed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,14 +45,22 @@ use crate::replication;
 use crate::storage::{Image, RowSlot};
 use crate::transport::{TxnStep, TxnTag};
 
-/// A transaction idle this long without being prepared is aborted (its client is gone).
-pub const TXN_INACTIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A prepared transaction waits this long for its TC before asking around.
 const PREPARED_PATIENCE: Duration = Duration::from_secs(2);
-/// Most pending writes of one transaction on one node.
-pub const MAX_TXN_WRITES: usize = 10_000;
-/// Most row locks transactions may hold on one node.
-pub const MAX_TXN_LOCKS: usize = 200_000;
+/// Limits from the cluster config (`max_txn_operations`, `max_locks_per_node`).
+#[derive(Clone, Copy, Debug)]
+pub struct TxnLimits {
+    /// Most pending writes of one transaction on one node.
+    pub max_writes: usize,
+    /// Most row locks transactions may hold on one node.
+    pub max_locks: usize,
+}
+
+impl Default for TxnLimits {
+    fn default() -> Self {
+        TxnLimits { max_writes: 10_000, max_locks: 200_000 }
+    }
+}
 /// How long the TC keeps trying to carry out a decision before giving up the call (the
 /// participants still finish it: they ask the TC's peers).
 const DECISION_RETRY_FOR: Duration = Duration::from_secs(10);
@@ -93,8 +101,8 @@ struct Kept {
     images: Vec<Image>,
 }
 
-#[derive(Default)]
 pub struct Txns {
+    limits: TxnLimits,
     active: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<TxnState>>>>,
     /// Transactions this node aborted on its own (idle too long): their later operations must
     /// fail rather than start afresh without the locks they held. Kept for `ABORTED_NOTE_TTL`.
@@ -109,6 +117,17 @@ fn aborted(why: impl Into<String>) -> ShoalError {
 }
 
 impl Txns {
+    pub fn new(limits: TxnLimits) -> Txns {
+        Txns {
+            limits,
+            active: Default::default(),
+            swept: Default::default(),
+            kept: Default::default(),
+            decisions: Default::default(),
+            locks: Default::default(),
+        }
+    }
+
     pub fn keep_prepared(&self, txn: u64, tc: NodeId, table: TableId, partition: PartitionId, images: Vec<Image>) {
         self.kept.lock().insert((txn, table, partition), Kept { tc, images });
     }
@@ -225,10 +244,11 @@ async fn execute_one(
         writes: BTreeMap::new(),
     });
     if let Some(mode) = mode {
-        if node.txns.locks.load(Ordering::Relaxed) >= MAX_TXN_LOCKS {
+        let max = node.txns.limits.max_locks;
+        if node.txns.locks.load(Ordering::Relaxed) >= max {
             return Err(ShoalError::new(
                 ErrorCode::TooManyLocks,
-                format!("node {} holds {MAX_TXN_LOCKS} transaction locks, its limit", node.id),
+                format!("node {} holds {max} transaction locks, its limit (max_locks_per_node)", node.id),
             ));
         }
         if part.lock_for(&key, txn, mode, node.timing.lock_wait).await? {
@@ -243,10 +263,11 @@ async fn execute_one(
     if op.kind == OpKind::Read {
         return current.map(|d| decode_row(&table, &d)).transpose();
     }
-    if !pt.writes.contains_key(&key) && pt.writes.len() >= MAX_TXN_WRITES {
+    let max = node.txns.limits.max_writes;
+    if !pt.writes.contains_key(&key) && pt.writes.len() >= max {
         return Err(ShoalError::new(
             ErrorCode::TooManyLocks,
-            format!("a transaction writes at most {MAX_TXN_WRITES} rows per node"),
+            format!("a transaction writes at most {max} rows per node (max_txn_operations)"),
         ));
     }
     let data = ops::new_image(&table, op, current)?;
@@ -740,7 +761,7 @@ pub async fn sweeper(node: Arc<Node>) {
             let idle = st.last_active.elapsed();
             let (prepared, tc) = (st.prepared, st.tc);
             drop(st);
-            if !prepared && idle > TXN_INACTIVE_TIMEOUT {
+            if !prepared && idle > node.timing.txn_inactive {
                 tracing::info!(txn = format!("{txn:x}"), "aborting a transaction idle for {idle:?}");
                 node.txns.swept.lock().insert(txn, Instant::now());
                 abort(&node, txn).await;

@@ -53,6 +53,10 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
             gcp_interval_ms: 200,
             lcp_redo_mb: 64,
             lcp_interval_s: 300,
+            lock_wait_timeout_ms: 1000,
+            transaction_inactive_timeout_ms: 5000,
+            max_txn_operations: 10_000,
+            max_locks_per_node: 200_000,
         },
         mgmd: mgmds
             .iter()

@@ -51,6 +51,19 @@ pub struct ClusterSection {
     pub lcp_redo_mb: u64,
     #[serde(default = "default_lcp_interval_s")]
     pub lcp_interval_s: u64,
+    /// How long a transaction waits for a row lock before LOCK_WAIT_TIMEOUT (this also breaks
+    /// deadlocks).
+    #[serde(default = "default_lock_wait_timeout_ms")]
+    pub lock_wait_timeout_ms: u64,
+    /// A transaction idle this long (not committing) is rolled back and its locks freed.
+    #[serde(default = "default_transaction_inactive_timeout_ms")]
+    pub transaction_inactive_timeout_ms: u64,
+    /// Most rows one transaction may write on one data node.
+    #[serde(default = "default_max_txn_operations")]
+    pub max_txn_operations: u64,
+    /// Most row locks transactions may hold on one data node.
+    #[serde(default = "default_max_locks_per_node")]
+    pub max_locks_per_node: u64,
 }
 
 fn default_name() -> String {
@@ -69,6 +82,18 @@ fn default_failure_timeout_ms() -> u64 {
     1000
 }
 
+fn default_lock_wait_timeout_ms() -> u64 {
+    1000
+}
+fn default_transaction_inactive_timeout_ms() -> u64 {
+    5000
+}
+fn default_max_txn_operations() -> u64 {
+    10_000
+}
+fn default_max_locks_per_node() -> u64 {
+    200_000
+}
 fn default_gcp_interval_ms() -> u64 {
     200
 }
@@ -180,6 +205,14 @@ impl ClusterConfig {
         }
         if !(10..=60_000).contains(&c.gcp_interval_ms) {
             return Err("gcp_interval_ms must be 10..=60000".into());
+        }
+        if c.lock_wait_timeout_ms == 0 || c.transaction_inactive_timeout_ms < c.lock_wait_timeout_ms {
+            return Err(
+                "lock_wait_timeout_ms must be positive and transaction_inactive_timeout_ms at least as long".into()
+            );
+        }
+        if c.max_txn_operations == 0 || c.max_locks_per_node == 0 {
+            return Err("max_txn_operations and max_locks_per_node must be positive".into());
         }
         if c.lcp_redo_mb == 0 || c.lcp_interval_s == 0 {
             return Err("lcp_redo_mb and lcp_interval_s must be positive".into());

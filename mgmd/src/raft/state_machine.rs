@@ -288,6 +288,10 @@ mod tests {
                 gcp_interval_ms: 200,
                 lcp_redo_mb: 64,
                 lcp_interval_s: 300,
+                lock_wait_timeout_ms: 1000,
+                transaction_inactive_timeout_ms: 5000,
+                max_txn_operations: 10_000,
+                max_locks_per_node: 200_000,
             },
             mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:1".into(), data_dir: "m".into() }],
             datanode: vec![DataNodeConfig {
