@@ -211,6 +211,28 @@ async fn joins_subqueries_unions_views() {
     assert_eq!(rows(&mut c, "SELECT SUM(pay) FROM pay_copy").await, ["270"]);
     assert_eq!(code_of(c.query_drop("INSERT INTO pay_copy SELECT id FROM emp").await), 1136);
 
+    // INSERT ... ON DUPLICATE KEY UPDATE: VALUES(), the row alias, affected-row counts.
+    let r = c
+        .query_iter(
+            "INSERT INTO pay_copy VALUES ('ann', 1), ('zed', 5) ON DUPLICATE KEY UPDATE pay = pay + VALUES(pay)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.affected_rows(), 3, "one row updated (2) and one inserted (1)");
+    drop(r);
+    c.query_drop("INSERT INTO pay_copy VALUES ('zed', 7) AS n ON DUPLICATE KEY UPDATE pay = n.pay * 10").await.unwrap();
+    let r = c.query_iter("INSERT INTO pay_copy VALUES ('zed', 0) ON DUPLICATE KEY UPDATE pay = pay").await.unwrap();
+    assert_eq!(r.affected_rows(), 0, "an unchanged row counts 0");
+    drop(r);
+    assert_eq!(
+        rows(&mut c, "SELECT name, pay FROM pay_copy WHERE name IN ('ann', 'zed') ORDER BY 1").await,
+        ["ann,101", "zed,70"]
+    );
+    assert_eq!(
+        code_of(c.query_drop("INSERT INTO pay_copy VALUES ('ann', 1) ON DUPLICATE KEY UPDATE name = 'x'").await),
+        1235
+    );
+
     // UPDATE and DELETE with subqueries, correlated or not.
     c.query_drop("UPDATE emp SET pay = pay + 1 WHERE dept IN (SELECT id FROM dept WHERE name = 'ops')").await.unwrap();
     c.query_drop("UPDATE emp SET pay = (SELECT COUNT(*) FROM emp e2 WHERE e2.dept = emp.dept) WHERE id <= 2")

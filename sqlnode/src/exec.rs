@@ -40,6 +40,8 @@ use crate::val::Val;
 pub const MAX_NAMES_PER_STATEMENT: usize = 64;
 /// Key operations sent to the cluster per batch.
 pub const WRITE_BATCH: usize = 1000;
+/// Attempts of one ON DUPLICATE KEY UPDATE row whose conflicting row keeps changing under it.
+const UPSERT_ATTEMPTS: usize = 5;
 /// Attempts of an INSERT whose AUTO_INCREMENT values collided with another SQL node's.
 const AUTOINC_ATTEMPTS: usize = 5;
 
@@ -257,8 +259,13 @@ impl Session {
         let ast::TableObject::TableName(name) = &ins.table else {
             return Err(SqlError::not_supported("INSERT into a table function"));
         };
-        if ins.on.is_some() {
-            return Err(SqlError::not_supported("INSERT ... ON DUPLICATE KEY UPDATE"));
+        let on_duplicate = match &ins.on {
+            None => None,
+            Some(ast::OnInsert::DuplicateKeyUpdate(a)) => Some(a),
+            Some(_) => return Err(SqlError::not_supported("INSERT ... ON CONFLICT")),
+        };
+        if on_duplicate.is_some() && (ins.replace_into || ins.ignore) {
+            return Err(SqlError::not_supported("ON DUPLICATE KEY UPDATE with REPLACE or IGNORE"));
         }
         if ins.returning.is_some() || ins.partitioned.is_some() {
             return Err(SqlError::not_supported("INSERT with RETURNING / PARTITION"));
@@ -333,6 +340,11 @@ impl Session {
         }
         let replace = ins.replace_into;
         let auto_col = t.table.columns().iter().position(|c| c.auto_increment);
+        if let Some(assignments) = on_duplicate {
+            return self
+                .insert_or_update(&t, &targets, &value_rows, auto_col, assignments, ins.insert_alias.as_ref())
+                .await;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -358,6 +370,125 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// `INSERT … ON DUPLICATE KEY UPDATE`: each row is inserted, or, when its primary key is
+    /// taken, the row holding it is updated by the assignments (which read that row's columns,
+    /// and the proposed row through `VALUES(col)` or the row alias). Row by row, in statement
+    /// order, so a later row sees an earlier one. Affected rows count 1 per insert and 2 per
+    /// changed row, as MySQL does. Like UPDATE, the read and the write of a conflicting row are
+    /// two operations until transactions land; a row deleted in between is inserted instead.
+    async fn insert_or_update(
+        &mut self,
+        t: &TableRef,
+        targets: &[usize],
+        value_rows: &[Vec<Option<Val>>],
+        auto_col: Option<usize>,
+        assignments: &[ast::Assignment],
+        alias: Option<&ast::InsertAliases>,
+    ) -> SqlResult<Outcome> {
+        let width = t.visible();
+        // Scope: the table's row, then the proposed row (qualified by the row alias only).
+        let mut scope = Scope::of_table(t);
+        let new_name = alias.map(|a| object_parts(&a.row_alias).pop().unwrap_or_default());
+        let mut new_cols = scope.rels[0].cols.clone();
+        if let Some(names) = alias.and_then(|a| a.col_aliases.as_ref()).filter(|n| !n.is_empty()) {
+            if names.len() != width {
+                return Err(SqlError::new(code::WRONG_VALUE_COUNT_ON_ROW, "Column count doesn't match value count"));
+            }
+            for (c, n) in new_cols.iter_mut().zip(names) {
+                c.name = n.value.clone();
+            }
+        }
+        let q = new_name.clone().unwrap_or_else(|| "\0values".into());
+        scope.push(&q, None, &q, new_cols);
+        // Unqualified names mean the table's columns; the proposed row's are named through the
+        // row alias or VALUES().
+        scope.merged.extend(width..2 * width);
+        let env = self.env();
+        let mut sets: Vec<(usize, Expr)> = vec![];
+        {
+            let mut b = Binder::scoped(&env, &scope, &[], None, "field list");
+            b.values_offset = Some(width);
+            for a in assignments {
+                let ast::AssignmentTarget::ColumnName(n) = &a.target else {
+                    return Err(SqlError::not_supported("tuple assignment"));
+                };
+                let cname = object_parts(n).pop().unwrap_or_default();
+                let i = t.column(&cname).ok_or_else(|| SqlError::bad_field(&cname, "field list"))?;
+                if t.table.spec.primary_key.contains(&(i as u32)) {
+                    return Err(SqlError::not_supported("updating primary key columns in ON DUPLICATE KEY UPDATE"));
+                }
+                sets.push((i, b.bind(&a.value)?));
+            }
+        }
+        let (rows, first_generated) = self.build_rows(t, targets, value_rows, auto_col).await?;
+        let name = &t.table.spec.name;
+        let mut affected = 0u64;
+        for (n, (row, _)) in rows.into_iter().enumerate() {
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                if attempts > UPSERT_ATTEMPTS {
+                    return Err(SqlError::new(
+                        code::LOCK_WAIT_TIMEOUT,
+                        "ON DUPLICATE KEY UPDATE: the conflicting row kept changing; try again",
+                    ));
+                }
+                let op = KeyOp::Insert { table: name.clone(), row: row.clone() };
+                match self.client().batch(vec![op]).await.pop() {
+                    Some(Ok(_)) => {
+                        affected += 1;
+                        break;
+                    }
+                    Some(Err(e)) if e.code == ErrorCode::DuplicateKey => {}
+                    Some(Err(e)) => return Err(cluster_err(&e, t)),
+                    None => return Err(SqlError::internal("INSERT: no answer from the cluster")),
+                }
+                let key = t.table.key_of(&row);
+                let Some(old) = self.client().get(name, key.clone()).await.map_err(|e| cluster_err(&e, t))? else {
+                    continue; // deleted meanwhile: insert again
+                };
+                let mut vals: Vec<Val> = old.iter().take(width).zip(&t.types).map(|(v, ty)| ty.load(v)).collect();
+                vals.extend(row.iter().take(width).zip(&t.types).map(|(v, ty)| ty.load(v)));
+                let (mut cols, mut values): (Vec<u32>, Vec<Value>) = (vec![], vec![]);
+                for (i, e) in &sets {
+                    let v = e.eval(&vals, &[])?;
+                    let c = &t.table.columns()[*i];
+                    if v.is_null() && !c.nullable {
+                        return Err(SqlError::new(code::BAD_NULL, format!("Column '{}' cannot be null", c.name)));
+                    }
+                    let sv = t.types[*i].store(&c.name, &v, n + 1)?;
+                    // Later assignments see earlier ones.
+                    vals[*i] = t.types[*i].load(&sv);
+                    match cols.iter().position(|&x| x == *i as u32) {
+                        Some(p) => values[p] = sv,
+                        None => {
+                            cols.push(*i as u32);
+                            values.push(sv);
+                        }
+                    }
+                }
+                let changed = cols.iter().zip(&values).any(|(&c, v)| old.get(c as usize) != Some(v));
+                if !changed {
+                    break;
+                }
+                let op = KeyOp::Update { table: name.clone(), key, columns: cols, values };
+                match self.client().batch(vec![op]).await.pop() {
+                    Some(Ok(_)) => {
+                        affected += 2;
+                        break;
+                    }
+                    Some(Err(e)) if e.code == ErrorCode::KeyNotFound => continue,
+                    Some(Err(e)) => return Err(cluster_err(&e, t)),
+                    None => return Err(SqlError::internal("UPDATE: no answer from the cluster")),
+                }
+            }
+        }
+        if let Some(id) = first_generated {
+            self.last_insert_id = id;
+        }
+        Ok(Outcome::Done { affected, last_insert_id: first_generated.unwrap_or(0), info: String::new() })
     }
 
     /// Full storage rows for an INSERT; the first AUTO_INCREMENT value generated, if any.

@@ -217,6 +217,9 @@ pub struct Binder<'a> {
     pub place: &'static str,
     /// Select-list aliases that HAVING and ORDER BY may use where no column has the name.
     pub aliases: Vec<(String, Expr)>,
+    /// `INSERT … ON DUPLICATE KEY UPDATE`: `VALUES(col)` means column `col` of the row the
+    /// INSERT proposed, found this far after the table's own columns.
+    pub values_offset: Option<usize>,
 }
 
 fn ident_name(parts: &[ast::Ident]) -> String {
@@ -291,6 +294,7 @@ impl<'a> Binder<'a> {
             allow_aggs: false,
             place,
             aliases: vec![],
+            values_offset: None,
         }
     }
 
@@ -311,6 +315,7 @@ impl<'a> Binder<'a> {
             allow_aggs: false,
             place,
             aliases: vec![],
+            values_offset: None,
         }
     }
 
@@ -643,6 +648,13 @@ impl<'a> Binder<'a> {
             Ok(Expr::Func(func, args))
         };
         match name.as_str() {
+            "values" if self.values_offset.is_some() => {
+                func_arity(&name, n, n == 1)?;
+                match args.first() {
+                    Some(Expr::Col(i)) => Ok(Expr::Col(i + self.values_offset.unwrap_or(0))),
+                    _ => Err(SqlError::parse("VALUES() takes a column name")),
+                }
+            }
             "database" | "schema" => {
                 func_arity(&name, n, n == 0)?;
                 lit(env.db.clone().map_or(Val::Null, Val::Str))
