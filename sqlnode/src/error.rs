@@ -49,6 +49,8 @@ pub mod code {
     pub const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
     pub const WRONG_VALUE_FOR_VAR: u16 = 1231;
     pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    pub const LOCK_TABLE_FULL: u16 = 1206;
+    pub const LOCK_DEADLOCK: u16 = 1213;
     pub const WRONG_ARGUMENTS: u16 = 1210;
     pub const NOT_SUPPORTED_YET: u16 = 1235;
     pub const OPERAND_COLUMNS: u16 = 1241;
@@ -86,6 +88,7 @@ fn state_of(code: u16) -> &'static str {
         | WRONG_PARAMCOUNT_TO_NATIVE_FCT
         | NONUNIQ_TABLE
         | DERIVED_MUST_HAVE_ALIAS => "42000",
+        LOCK_DEADLOCK => "40001",
         TABLE_EXISTS => "42S01",
         BAD_TABLE | NO_SUCH_TABLE => "42S02",
         BAD_FIELD => "42S22",
@@ -150,6 +153,17 @@ impl SqlError {
                 LOCK_WAIT_TIMEOUT,
                 format!("Lock wait timeout exceeded; try restarting transaction ({})", e.message),
             ),
+            ErrorCode::LockWaitTimeout => SqlError::new(
+                LOCK_WAIT_TIMEOUT,
+                format!("Lock wait timeout exceeded; try restarting transaction ({})", e.message),
+            ),
+            // The cluster rolled the whole transaction back (a failure, a lock timeout that
+            // broke a deadlock, an idle timeout): MySQL's answer for that is 1213.
+            ErrorCode::TxnAborted => SqlError::new(
+                LOCK_DEADLOCK,
+                format!("Deadlock found when trying to get lock; try restarting transaction ({})", e.message),
+            ),
+            ErrorCode::TooManyLocks => SqlError::new(LOCK_TABLE_FULL, e.message.clone()),
             ErrorCode::InvalidArgument => SqlError::new(UNKNOWN, e.message.clone()),
             ErrorCode::Internal => SqlError::new(UNKNOWN, format!("internal error: {}", e.message)),
             _ => SqlError::new(GET_ERRMSG, format!("Got error {} '{}' from the cluster", e.code.name(), e.message)),

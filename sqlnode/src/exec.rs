@@ -89,15 +89,36 @@ impl Session {
         match access {
             Access::Nothing => {}
             Access::Key(k) => {
-                if let Some(row) = self.client().get(name, k.clone()).await.map_err(|e| cluster_err(&e, t))? {
+                if let Some(row) = self.kv_get(name, k.clone()).await.map_err(|e| cluster_err(&e, t))? {
                     f(&row, convert(&row))?;
                 }
             }
             Access::Keys(keys) => {
-                let rows = self.client().batch_get(name, keys.clone()).await.map_err(|e| cluster_err(&e, t))?;
+                let rows = self.kv_batch_get(name, keys.clone()).await.map_err(|e| cluster_err(&e, t))?;
                 for row in rows.into_iter().flatten() {
                     if !f(&row, convert(&row))? {
                         break;
+                    }
+                }
+            }
+            Access::Scan(filters)
+                if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await =>
+            {
+                // A locking read over a scan: find the rows, then read each again under its
+                // lock through the transaction (the WHERE clause is evaluated on those).
+                let key_cols: Vec<usize> = t.table.spec.primary_key.iter().map(|&c| c as usize).collect();
+                let mut keys = vec![];
+                let mut stream = self.client().scan(name, filters.clone(), vec![]);
+                while let Some(row) = stream.next().await {
+                    let row = row.map_err(|e| cluster_err(&e, t))?;
+                    keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
+                }
+                for chunk in keys.chunks(500) {
+                    let rows = self.kv_batch_get(name, chunk.to_vec()).await.map_err(|e| cluster_err(&e, t))?;
+                    for row in rows.into_iter().flatten() {
+                        if !f(&row, convert(&row))? {
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -248,7 +269,16 @@ impl Session {
     pub async fn select(&mut self, q: &ast::Query, sql: &str) -> SqlResult<Outcome> {
         let names = crate::sql::parse::select_item_texts(sql);
         let plan = self.plan_query(q, |p| p.query(q, sql, &[], names.as_deref())).await?;
-        let rows = self.run_plan(&plan).await?;
+        // FOR UPDATE / FOR SHARE lock what the query reads (inside a transaction).
+        let lock = q.locks.iter().fold(shoal_client::LockMode::None, |m, l| match l.lock_type {
+            ast::LockType::Update => shoal_client::LockMode::Exclusive,
+            ast::LockType::Share if m == shoal_client::LockMode::None => shoal_client::LockMode::Shared,
+            _ => m,
+        });
+        self.set_read_lock(lock);
+        let rows = self.run_plan(&plan).await;
+        self.set_read_lock(shoal_client::LockMode::None);
+        let rows = rows?;
         self.found_rows = rows.len() as u64;
         Ok(Outcome::Rows(ResultSet { columns: plan.columns, rows }))
     }
@@ -436,7 +466,7 @@ impl Session {
                     ));
                 }
                 let op = KeyOp::Insert { table: name.clone(), row: row.clone() };
-                match self.client().batch(vec![op]).await.pop() {
+                match self.kv_batch(vec![op]).await.pop() {
                     Some(Ok(_)) => {
                         affected += 1;
                         break;
@@ -446,7 +476,7 @@ impl Session {
                     None => return Err(SqlError::internal("INSERT: no answer from the cluster")),
                 }
                 let key = t.table.key_of(&row);
-                let Some(old) = self.client().get(name, key.clone()).await.map_err(|e| cluster_err(&e, t))? else {
+                let Some(old) = self.kv_get(name, key.clone()).await.map_err(|e| cluster_err(&e, t))? else {
                     continue; // deleted meanwhile: insert again
                 };
                 let mut vals: Vec<Val> = old.iter().take(width).zip(&t.types).map(|(v, ty)| ty.load(v)).collect();
@@ -474,7 +504,7 @@ impl Session {
                     break;
                 }
                 let op = KeyOp::Update { table: name.clone(), key, columns: cols, values };
-                match self.client().batch(vec![op]).await.pop() {
+                match self.kv_batch(vec![op]).await.pop() {
                     Some(Ok(_)) => {
                         affected += 2;
                         break;
@@ -635,7 +665,7 @@ impl Session {
                     }
                 })
                 .collect();
-            let results = self.client().batch(ops).await;
+            let results = self.kv_batch(ops).await;
             for ((row, generated), r) in chunk.iter().zip(results) {
                 match r {
                     Ok(_) => {
@@ -662,7 +692,7 @@ impl Session {
         if let Some(f) = failure {
             if !done.is_empty() {
                 let undo = done.into_iter().map(|key| KeyOp::Delete { table: name.clone(), key }).collect();
-                for r in self.client().batch(undo).await {
+                for r in self.kv_batch(undo).await {
                     if let Err(e) = r {
                         tracing::warn!("undo of a failed INSERT into {name}: {e}");
                     }
@@ -779,7 +809,7 @@ impl Session {
                     values: values.clone(),
                 })
                 .collect();
-            for r in self.client().batch(ops).await {
+            for r in self.kv_batch(ops).await {
                 match r {
                     Ok(_) => changed += 1,
                     Err(e) if e.code == ErrorCode::KeyNotFound => {}
@@ -860,7 +890,7 @@ impl Session {
         let mut deleted = 0u64;
         for chunk in keys.chunks(WRITE_BATCH) {
             let ops = chunk.iter().map(|key| KeyOp::Delete { table: name.clone(), key: key.clone() }).collect();
-            for r in self.client().batch(ops).await {
+            for r in self.kv_batch(ops).await {
                 match r {
                     Ok(_) => deleted += 1,
                     Err(e) if e.code == ErrorCode::KeyNotFound => {}

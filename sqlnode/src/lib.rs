@@ -7,6 +7,7 @@ pub mod exec;
 pub mod server;
 pub mod session;
 pub mod sql;
+pub mod txn;
 pub mod types;
 pub mod val;
 pub mod view;

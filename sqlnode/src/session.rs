@@ -99,6 +99,10 @@ pub struct Prepared {
 
 pub struct Session {
     pub shared: Arc<Shared>,
+    /// The open cluster transaction (BEGIN, or autocommit off), see `txn.rs`.
+    pub txn: tokio::sync::Mutex<Option<shoal_client::Transaction>>,
+    /// The lock the running statement's reads take inside a transaction (`txn::lock_code`).
+    pub read_lock: std::sync::atomic::AtomicU8,
     /// The cluster connection at this session's durability (`SET shoal_durability`).
     client: Client,
     pub db: Option<String>,
@@ -159,6 +163,8 @@ impl Session {
     pub fn new(shared: Arc<Shared>, user: String, client_found_rows: bool) -> Session {
         let connection_id = shared.next_connection_id();
         Session {
+            txn: tokio::sync::Mutex::new(None),
+            read_lock: std::sync::atomic::AtomicU8::new(0),
             client: shared.client.clone(),
             shared,
             db: None,
@@ -280,13 +286,19 @@ impl Session {
                 self.note_write();
                 out
             }
+            // Inside a transaction UPDATE and DELETE lock the rows they read, so what they
+            // compute from a row cannot be overtaken by another transaction.
             Statement::Update(u) => {
+                self.set_read_lock(shoal_client::LockMode::Exclusive);
                 let out = self.update(&u).await;
+                self.set_read_lock(shoal_client::LockMode::None);
                 self.note_write();
                 out
             }
             Statement::Delete(d) => {
+                self.set_read_lock(shoal_client::LockMode::Exclusive);
                 let out = self.delete(&d).await;
+                self.set_read_lock(shoal_client::LockMode::None);
                 self.note_write();
                 out
             }
@@ -370,6 +382,10 @@ impl Session {
                         self.autocommit = !matches!(v.as_str(), "0" | "off" | "false");
                         if !self.autocommit {
                             self.in_transaction = true;
+                        } else {
+                            // Turning autocommit on commits the open transaction (MySQL).
+                            self.txn_commit().await?;
+                            self.in_transaction = false;
                         }
                     }
                 }
@@ -380,27 +396,22 @@ impl Session {
                 Ok(Outcome::ok())
             }
             Admin::Begin => {
+                self.txn_begin().await?;
                 self.in_transaction = true;
                 self.wrote_in_transaction = false;
                 Ok(Outcome::ok())
             }
             Admin::Commit => {
+                let r = self.txn_commit().await;
                 self.in_transaction = !self.autocommit;
                 self.wrote_in_transaction = false;
-                Ok(Outcome::ok())
+                r.map(|()| Outcome::ok())
             }
             Admin::Rollback => {
-                // Every statement commits on its own until cluster transactions land: a rollback
-                // after writes cannot undo them, and must say so.
-                let wrote = self.wrote_in_transaction;
+                let r = self.txn_rollback().await;
                 self.in_transaction = !self.autocommit;
                 self.wrote_in_transaction = false;
-                if wrote {
-                    return Err(SqlError::not_supported(
-                        "ROLLBACK of writes (each statement is committed when it completes; transactions are not implemented yet)",
-                    ));
-                }
-                Ok(Outcome::ok())
+                r.map(|()| Outcome::ok())
             }
             Admin::CreateDatabase { name, if_not_exists } => {
                 check_ident("database", &name)?;

@@ -631,9 +631,7 @@ impl<'a> Planner<'a> {
         outer: &[&Scope],
         names: Option<&[String]>,
     ) -> SqlResult<QueryPlan> {
-        if !q.locks.is_empty() {
-            return Err(SqlError::not_supported("SELECT ... FOR UPDATE / FOR SHARE (no transactions yet)"));
-        }
+        // FOR UPDATE / FOR SHARE are carried out when the plan runs (exec.rs, txn.rs).
         if q.fetch.is_some() || q.for_clause.is_some() {
             return Err(SqlError::not_supported("FETCH / FOR clauses"));
         }

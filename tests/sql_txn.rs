@@ -1,0 +1,147 @@
+//! SQL transactions over the MySQL protocol (mysql_async): BEGIN / COMMIT / ROLLBACK,
+//! autocommit off, SELECT … FOR UPDATE, lock wait timeouts, no lost updates.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestCluster;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, OptsBuilder};
+
+fn opts(addr: &str) -> OptsBuilder {
+    let (host, port) = addr.rsplit_once(':').expect("host:port");
+    OptsBuilder::default()
+        .ip_or_hostname(host.to_string())
+        .tcp_port(port.parse().expect("port"))
+        .user(Some("root"))
+        .db_name(Some("bank"))
+        .prefer_socket(false)
+}
+
+fn code_of<T: std::fmt::Debug>(r: Result<T, mysql_async::Error>) -> u16 {
+    match r {
+        Err(mysql_async::Error::Server(e)) => e.code,
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+async fn balance(c: &mut Conn, id: i64) -> Option<i64> {
+    c.query_first(format!("SELECT balance FROM accounts WHERE id = {id}")).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn begin_commit_rollback_and_locking_reads() {
+    let cluster = TestCluster::start_with_sql(2, 2, 1, 1);
+    let addr = cluster.mysql_addrs[0].clone();
+    let mut setup = Conn::new(opts(&addr).db_name(None::<String>)).await.unwrap();
+    setup.query_drop("CREATE DATABASE bank").await.unwrap();
+    setup.query_drop("CREATE TABLE bank.accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)").await.unwrap();
+    setup.query_drop("INSERT INTO bank.accounts VALUES (1, 100), (2, 100), (3, 100), (4, 100)").await.unwrap();
+    let mut a = Conn::new(opts(&addr)).await.unwrap();
+    let mut b = Conn::new(opts(&addr)).await.unwrap();
+
+    // Uncommitted writes are invisible to others and visible to their own transaction.
+    a.query_drop("BEGIN").await.unwrap();
+    a.query_drop("UPDATE accounts SET balance = balance - 30 WHERE id = 1").await.unwrap();
+    a.query_drop("UPDATE accounts SET balance = balance + 30 WHERE id = 3").await.unwrap();
+    a.query_drop("INSERT INTO accounts VALUES (5, 7)").await.unwrap();
+    assert_eq!(balance(&mut a, 1).await, Some(70));
+    assert_eq!(balance(&mut b, 1).await, Some(100));
+    assert_eq!(balance(&mut b, 5).await, None);
+    a.query_drop("COMMIT").await.unwrap();
+    assert_eq!(balance(&mut b, 1).await, Some(70));
+    assert_eq!(balance(&mut b, 3).await, Some(130));
+    assert_eq!(balance(&mut b, 5).await, Some(7));
+
+    // ROLLBACK undoes everything.
+    a.query_drop("START TRANSACTION").await.unwrap();
+    a.query_drop("UPDATE accounts SET balance = 0 WHERE id IN (1, 2)").await.unwrap();
+    a.query_drop("DELETE FROM accounts WHERE id = 5").await.unwrap();
+    a.query_drop("ROLLBACK").await.unwrap();
+    assert_eq!(balance(&mut b, 1).await, Some(70));
+    assert_eq!(balance(&mut b, 2).await, Some(100));
+    assert_eq!(balance(&mut b, 5).await, Some(7));
+
+    // SELECT … FOR UPDATE locks the row: a writer elsewhere waits, then times out (1205).
+    a.query_drop("BEGIN").await.unwrap();
+    let v: Option<i64> = a.query_first("SELECT balance FROM accounts WHERE id = 2 FOR UPDATE").await.unwrap();
+    assert_eq!(v, Some(100));
+    let t = Instant::now();
+    b.query_drop("BEGIN").await.unwrap();
+    assert_eq!(code_of(b.query_drop("UPDATE accounts SET balance = 1 WHERE id = 2").await), 1205);
+    assert!(t.elapsed() < Duration::from_secs(10));
+    b.query_drop("ROLLBACK").await.unwrap();
+    // A locking scan (no key in the WHERE) locks what it returns too.
+    let n: Vec<i64> = a.query("SELECT id FROM accounts WHERE balance >= 100 FOR UPDATE").await.unwrap();
+    assert!(n.contains(&3));
+    b.query_drop("BEGIN").await.unwrap();
+    assert_eq!(code_of(b.query_drop("UPDATE accounts SET balance = 1 WHERE id = 3").await), 1205);
+    b.query_drop("ROLLBACK").await.unwrap();
+    a.query_drop("COMMIT").await.unwrap();
+    b.query_drop("UPDATE accounts SET balance = 100 WHERE id = 2").await.unwrap();
+
+    // autocommit off: statements open a transaction that ROLLBACK takes back.
+    a.query_drop("SET autocommit = 0").await.unwrap();
+    a.query_drop("INSERT INTO accounts VALUES (6, 1)").await.unwrap();
+    assert_eq!(balance(&mut b, 6).await, None);
+    a.query_drop("ROLLBACK").await.unwrap();
+    a.query_drop("INSERT INTO accounts VALUES (7, 1)").await.unwrap();
+    a.query_drop("COMMIT").await.unwrap();
+    a.query_drop("SET autocommit = 1").await.unwrap();
+    assert_eq!(balance(&mut b, 6).await, None);
+    assert_eq!(balance(&mut b, 7).await, Some(1));
+
+    // A connection that goes away mid-transaction leaves no lock behind.
+    let mut gone = Conn::new(opts(&addr)).await.unwrap();
+    gone.query_drop("BEGIN").await.unwrap();
+    gone.query_drop("UPDATE accounts SET balance = 0 WHERE id = 4").await.unwrap();
+    drop(gone);
+    let started = Instant::now();
+    loop {
+        match b.query_drop("UPDATE accounts SET balance = 99 WHERE id = 4").await {
+            Ok(()) => break,
+            Err(e) => assert!(started.elapsed() < Duration::from_secs(15), "lock never freed: {e}"),
+        }
+    }
+    assert_eq!(balance(&mut b, 4).await, Some(99));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sql_increments_lose_nothing() {
+    let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
+    let addr = cluster.mysql_addrs[0].clone();
+    let mut setup = Conn::new(opts(&addr).db_name(None::<String>)).await.unwrap();
+    setup.query_drop("CREATE DATABASE bank").await.unwrap();
+    setup.query_drop("CREATE TABLE bank.accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL)").await.unwrap();
+    setup.query_drop("INSERT INTO bank.accounts VALUES (1, 0)").await.unwrap();
+    let mut tasks = vec![];
+    for _ in 0..4 {
+        let addr = addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Conn::new(opts(&addr)).await.unwrap();
+            let mut done = 0;
+            while done < 10 {
+                let r: Result<(), mysql_async::Error> = async {
+                    c.query_drop("BEGIN").await?;
+                    let v: Option<i64> = c.query_first("SELECT balance FROM accounts WHERE id = 1 FOR UPDATE").await?;
+                    c.query_drop(format!("UPDATE accounts SET balance = {} WHERE id = 1", v.unwrap() + 1)).await?;
+                    c.query_drop("COMMIT").await
+                }
+                .await;
+                match r {
+                    Ok(()) => done += 1,
+                    Err(mysql_async::Error::Server(e)) if e.code == 1205 || e.code == 1213 => {
+                        let _ = c.query_drop("ROLLBACK").await;
+                    }
+                    Err(e) => panic!("increment failed: {e}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut c = Conn::new(opts(&addr)).await.unwrap();
+    assert_eq!(balance(&mut c, 1).await, Some(40));
+}
