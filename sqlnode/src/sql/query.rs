@@ -1288,3 +1288,132 @@ pub fn equi_pairs(on: &Expr, left_width: usize) -> Vec<(usize, usize)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::parse::parse_one;
+    use shoal_proto::{Column, ColumnType, Table, TableSpec};
+
+    fn catalog() -> Catalog {
+        let table = |id, name: &str, cols: &[(&str, ColumnType, &str)]| {
+            let columns = cols
+                .iter()
+                .map(|(n, ty, sql)| {
+                    let mut c = Column::new(n, *ty).nullable();
+                    c.sql_type = sql.to_string();
+                    c
+                })
+                .collect();
+            let (spec, hidden_pk) =
+                TableSpec { name: format!("d.{name}"), columns, primary_key: vec![0], partition_key: vec![] }
+                    .normalize()
+                    .unwrap();
+            TableRef::new("d", name, Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk })
+        };
+        let mut c = Catalog::new(Some("d".into()));
+        let t1 = table(1, "t1", &[("a", ColumnType::Int, "int"), ("b", ColumnType::Text, "varchar(5)")]);
+        let t2 = table(2, "t2", &[("x", ColumnType::Int, "int"), ("y", ColumnType::Int, "int")]);
+        c.insert("d", "t1", Entry::Table(t1));
+        c.insert("d", "t2", Entry::Table(t2));
+        c
+    }
+
+    fn plan(sql: &str) -> SqlResult<QueryPlan> {
+        let catalog = catalog();
+        let env = Env::default();
+        let ast::Statement::Query(q) = parse_one(sql)? else { panic!("not a query") };
+        let p = Planner::new(&env, &catalog);
+        p.query(&q, sql, &[], None)
+    }
+
+    fn select(p: &QueryPlan) -> &SelectPlan {
+        match &p.body {
+            Body::Select(s) => s,
+            other => panic!("not a select: {other:?}"),
+        }
+    }
+
+    fn join(f: &From) -> &Join {
+        match f {
+            From::Join(j) => j,
+            other => panic!("not a join: {other:?}"),
+        }
+    }
+
+    fn pushed(f: &From) -> Option<&Expr> {
+        match f {
+            From::Scan(s) => s.pushed.as_ref(),
+            other => panic!("not a scan: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn conditions_go_to_their_tables_and_equalities_hash() {
+        let p =
+            plan("SELECT * FROM t1 JOIN t2 ON t1.a = t2.x WHERE t1.b = 'q' AND t2.y > 1 AND t1.a + t2.y > 0").unwrap();
+        let j = join(&select(&p).from);
+        // Positions are each table's own.
+        assert_eq!(
+            pushed(&j.left),
+            Some(&Expr::Cmp(Cmp::Eq, Box::new(Expr::Col(1)), Box::new(Expr::Lit(Val::Str("q".into())))))
+        );
+        assert_eq!(
+            pushed(&j.right),
+            Some(&Expr::Cmp(Cmp::Gt, Box::new(Expr::Col(1)), Box::new(Expr::Lit(Val::Int(1)))))
+        );
+        assert_eq!(j.hash, vec![(0, 0)]);
+        // Comma joins hash on WHERE equalities too.
+        let p = plan("SELECT * FROM t1, t2 WHERE a = x").unwrap();
+        assert_eq!(join(&select(&p).from).hash, vec![(0, 0)]);
+        // A text column never hashes against a number (MySQL compares them as numbers).
+        let p = plan("SELECT * FROM t1 JOIN t2 ON t1.b = t2.x").unwrap();
+        assert!(join(&select(&p).from).hash.is_empty());
+    }
+
+    #[test]
+    fn outer_joins_keep_the_null_filled_side_whole() {
+        // WHERE on the right side of a LEFT JOIN must see its NULL-filled rows: not pushed.
+        let p = plan("SELECT * FROM t1 LEFT JOIN t2 ON a = x AND y = 2 WHERE y IS NULL").unwrap();
+        let j = join(&select(&p).from);
+        assert_eq!(j.kind, JoinKind::Left);
+        // The ON conjunct on the right side alone does go to its scan.
+        assert_eq!(
+            pushed(&j.right),
+            Some(&Expr::Cmp(Cmp::Eq, Box::new(Expr::Col(1)), Box::new(Expr::Lit(Val::Int(2)))))
+        );
+        assert_eq!(pushed(&j.left), None);
+        let p = plan("SELECT * FROM t1 RIGHT JOIN t2 ON a = x WHERE b = 'q'").unwrap();
+        assert_eq!(pushed(&join(&select(&p).from).left), None);
+    }
+
+    #[test]
+    fn names_resolve_or_fail_like_mysql() {
+        assert_eq!(plan("SELECT a FROM t1, t1").unwrap_err().code, code::NONUNIQ_TABLE);
+        assert_eq!(plan("SELECT x FROM t2 p, t2 q").unwrap_err().code, code::NON_UNIQ_ERROR);
+        assert_eq!(plan("SELECT t1.a FROM t1 AS z").unwrap_err().code, code::BAD_FIELD);
+        assert_eq!(plan("SELECT * FROM (SELECT 1)").unwrap_err().code, code::DERIVED_MUST_HAVE_ALIAS);
+        assert_eq!(plan("SELECT * FROM (SELECT a, a FROM t1) AS d").unwrap_err().code, code::DUP_FIELDNAME);
+        assert_eq!(
+            plan("SELECT a FROM t1 UNION SELECT x, y FROM t2").unwrap_err().code,
+            code::WRONG_NUMBER_OF_COLUMNS_IN_SELECT
+        );
+        // An unknown table is reported back for the caller to look up.
+        let catalog = catalog();
+        let env = Env::default();
+        let ast::Statement::Query(q) = parse_one("SELECT * FROM t1 WHERE a IN (SELECT k FROM other)").unwrap() else {
+            panic!()
+        };
+        let p = Planner::new(&env, &catalog);
+        assert_eq!(p.query(&q, "", &[], None).unwrap_err().code, code::NO_SUCH_TABLE);
+        assert_eq!(p.wanted.borrow().clone(), Some(("d".to_string(), "other".to_string())));
+        // Correlation is detected through nesting.
+        let p =
+            plan("SELECT (SELECT COUNT(*) FROM t2 WHERE x IN (SELECT a FROM t1 z WHERE z.a = t1.a)) FROM t1").unwrap();
+        let Expr::Subquery(s) = &select(&p).outputs[0] else { panic!("not a subquery") };
+        assert!(s.plan.correlated);
+        let p = plan("SELECT (SELECT COUNT(*) FROM t2) FROM t1").unwrap();
+        let Expr::Subquery(s) = &select(&p).outputs[0] else { panic!("not a subquery") };
+        assert!(!s.plan.correlated);
+    }
+}
