@@ -449,11 +449,19 @@ impl Expr {
         })
     }
 
-    /// The result type when it is known statically (column metadata before any row is seen).
+    /// The result type when it is known statically (column metadata before any row is seen,
+    /// and the type of a column whose values are all NULL). MySQL's rules for the common cases:
+    /// integer arithmetic stays BIGINT, anything with a DECIMAL is DECIMAL (division adds
+    /// `div_precision_increment` digits), anything with a float or a string is DOUBLE; SUM of
+    /// exact numbers is DECIMAL, AVG adds four digits. None when unsure: the server then types
+    /// the column from its values.
     pub fn wire_type(&self, cols: &[Option<WireType>], aggs: &[AggSpec]) -> Option<WireType> {
         let bigint = WireType::Int { kind: IntKind::Big, unsigned: false, width: None };
+        let text = WireType::Str { len: 255 };
+        let ty = |e: &Expr| e.wire_type(cols, aggs);
         match self {
             Expr::Col(i) => cols.get(*i).copied().flatten(),
+            Expr::Outer(..) => None,
             Expr::Subquery(Sub { kind: SubKind::Scalar, plan }) => plan.plan.columns.first().and_then(|c| c.ty),
             Expr::Subquery(_) => Some(bigint),
             Expr::Lit(v) => Some(WireType::of_val(v)),
@@ -467,19 +475,155 @@ impl Expr {
             | Expr::InList(..)
             | Expr::Between(..)
             | Expr::Like(..) => Some(bigint),
-            Expr::Agg(i) => match aggs.get(*i)?.kind {
-                AggKind::Count | AggKind::CountStar => Some(bigint),
-                AggKind::GroupConcat => Some(WireType::Str { len: GROUP_CONCAT_MAX_LEN as u32 }),
-                AggKind::Min | AggKind::Max => aggs[*i].arg.as_ref()?.wire_type(cols, aggs),
-                _ => None,
+            Expr::Neg(a) => match ty(a)? {
+                WireType::Int { .. } => Some(bigint),
+                t @ (WireType::Decimal { .. } | WireType::Double | WireType::Float) => Some(t),
+                _ => Some(WireType::Double),
             },
-            Expr::Func(Func::Concat | Func::ConcatWs | Func::Upper | Func::Lower | Func::Hex, _) => {
-                Some(WireType::Str { len: 255 })
+            Expr::Arith(op, a, b) => arith_type(*op, ty(a)?, ty(b)?),
+            Expr::Agg(i) => {
+                let spec = aggs.get(*i)?;
+                let arg = spec.arg.as_ref().and_then(ty);
+                match spec.kind {
+                    AggKind::Count | AggKind::CountStar => Some(bigint),
+                    AggKind::GroupConcat => Some(WireType::Str { len: GROUP_CONCAT_MAX_LEN as u32 }),
+                    AggKind::Min | AggKind::Max => arg,
+                    AggKind::Sum => match num_kind(arg?)? {
+                        NumKind::Int => Some(WireType::Decimal { p: 65, s: 0 }),
+                        NumKind::Dec(s) => Some(WireType::Decimal { p: 65, s }),
+                        NumKind::Float => Some(WireType::Double),
+                    },
+                    AggKind::Avg => match num_kind(arg?)? {
+                        NumKind::Int => Some(WireType::Decimal { p: 65, s: DIV_SCALE }),
+                        NumKind::Dec(s) => Some(WireType::Decimal { p: 65, s: (s + DIV_SCALE).min(30) }),
+                        NumKind::Float => Some(WireType::Double),
+                    },
+                }
             }
-            Expr::Func(Func::Length | Func::CharLength, _) => Some(bigint),
-            _ => None,
+            Expr::Cast(_, to) => Some(match to {
+                CastTo::Signed => bigint,
+                CastTo::Unsigned => WireType::Int { kind: IntKind::Big, unsigned: true, width: None },
+                CastTo::Char => text,
+                CastTo::Binary => WireType::Bytes { len: 255 },
+                CastTo::Double => WireType::Double,
+                CastTo::Decimal { s } => WireType::Decimal { p: 65, s: *s },
+                CastTo::Date => WireType::Date,
+                CastTo::Datetime => WireType::Datetime { fsp: 0, timestamp: false },
+            }),
+            Expr::Case { whens, otherwise, .. } => {
+                same_type(whens.iter().map(|(_, t)| t).chain(otherwise.as_deref()).map(|e| (e, ty(e))))
+            }
+            Expr::Func(f, args) => match f {
+                Func::Concat
+                | Func::ConcatWs
+                | Func::Upper
+                | Func::Lower
+                | Func::Hex
+                | Func::Substring
+                | Func::Trim
+                | Func::LTrim
+                | Func::RTrim
+                | Func::Left
+                | Func::Right
+                | Func::Replace => Some(text),
+                Func::Length | Func::CharLength | Func::Sign => Some(bigint),
+                Func::Coalesce | Func::IfNull | Func::Greatest | Func::Least => {
+                    same_type(args.iter().map(|e| (e, ty(e))))
+                }
+                Func::If => same_type(args.iter().skip(1).map(|e| (e, ty(e)))),
+                Func::NullIf => ty(args.first()?),
+                Func::Abs => match ty(args.first()?)? {
+                    t @ (WireType::Int { .. } | WireType::Decimal { .. } | WireType::Double | WireType::Float) => {
+                        Some(t)
+                    }
+                    _ => Some(WireType::Double),
+                },
+                Func::Floor | Func::Ceil => match num_kind(ty(args.first()?)?)? {
+                    NumKind::Float => Some(WireType::Double),
+                    _ => Some(bigint),
+                },
+                Func::Round => match num_kind(ty(args.first()?)?)? {
+                    NumKind::Float => Some(WireType::Double),
+                    NumKind::Int => Some(bigint),
+                    NumKind::Dec(_) => None,
+                },
+                Func::Mod => arith_type(ArithOp::Mod, ty(args.first()?)?, ty(args.get(1)?)?),
+                Func::Lib(lf) => crate::sql::func::result_type(*lf),
+            },
         }
     }
+}
+
+/// Digits AVG and `/` add to their operand's (MySQL's `div_precision_increment`).
+const DIV_SCALE: u8 = crate::val::DIV_PRECISION_INCREMENT;
+
+#[derive(Clone, Copy)]
+enum NumKind {
+    Int,
+    Dec(u8),
+    Float,
+}
+
+/// How a column of this type computes: as an integer, an exact decimal of some scale, or a
+/// double (strings and dates are read as numbers, so as doubles).
+fn num_kind(t: WireType) -> Option<NumKind> {
+    Some(match t {
+        WireType::Int { .. } => NumKind::Int,
+        WireType::Decimal { s, .. } => NumKind::Dec(s),
+        WireType::Null => return None,
+        _ => NumKind::Float,
+    })
+}
+
+fn arith_type(op: ArithOp, a: WireType, b: WireType) -> Option<WireType> {
+    let bigint = WireType::Int { kind: IntKind::Big, unsigned: false, width: None };
+    let dec = |s: u8| Some(WireType::Decimal { p: 65, s: s.min(30) });
+    Some(match (num_kind(a)?, num_kind(b)?) {
+        (NumKind::Float, _) | (_, NumKind::Float) => match op {
+            ArithOp::IntDiv => bigint,
+            _ => WireType::Double,
+        },
+        (x, y) => {
+            let scale = |k: NumKind| if let NumKind::Dec(s) = k { s } else { 0 };
+            let (sx, sy) = (scale(x), scale(y));
+            match op {
+                ArithOp::IntDiv => bigint,
+                ArithOp::Div => return dec(sx + DIV_SCALE),
+                _ if matches!((x, y), (NumKind::Int, NumKind::Int)) => {
+                    let unsigned = matches!(a, WireType::Int { unsigned: true, .. })
+                        || matches!(b, WireType::Int { unsigned: true, .. });
+                    // Unsigned results may come back signed (MySQL would refuse them): leave it
+                    // to the values.
+                    if unsigned {
+                        return None;
+                    }
+                    bigint
+                }
+                ArithOp::Mul => return dec(sx + sy),
+                _ => return dec(sx.max(sy)),
+            }
+        }
+    })
+}
+
+/// The type all these branches share, ignoring NULL literals; None when they differ.
+fn same_type<'e>(branches: impl Iterator<Item = (&'e Expr, Option<WireType>)>) -> Option<WireType> {
+    let mut out: Option<WireType> = None;
+    for (e, t) in branches {
+        if matches!(e, Expr::Lit(Val::Null)) {
+            continue;
+        }
+        let t = t?;
+        match out {
+            None => out = Some(t),
+            Some(o) if o == t => {}
+            Some(WireType::Int { .. }) if matches!(t, WireType::Int { .. }) => {
+                out = Some(WireType::Int { kind: IntKind::Big, unsigned: false, width: None })
+            }
+            Some(_) => return None,
+        }
+    }
+    out
 }
 
 fn cmp_vals(op: Cmp, x: &Val, y: &Val) -> Val {
@@ -940,6 +1084,37 @@ mod tests {
         assert_eq!(cast(s("12abc"), CastTo::Signed).unwrap(), Val::Int(12));
         assert_eq!(cast(Val::Int(-1), CastTo::Unsigned).unwrap(), Val::UInt(u64::MAX));
         assert_eq!(cast(s("2024-01-02 10:00:00"), CastTo::Date).unwrap(), s("2024-01-02"));
+    }
+
+    #[test]
+    fn result_types_follow_mysql() {
+        let int = WireType::Int { kind: IntKind::Int, unsigned: false, width: None };
+        let big = WireType::Int { kind: IntKind::Big, unsigned: false, width: None };
+        let dec = |s| WireType::Decimal { p: 65, s };
+        assert_eq!(arith_type(ArithOp::Add, int, int), Some(big));
+        assert_eq!(arith_type(ArithOp::Div, int, int), Some(dec(4)));
+        assert_eq!(arith_type(ArithOp::Mul, WireType::Decimal { p: 8, s: 2 }, dec(1)), Some(dec(3)));
+        assert_eq!(arith_type(ArithOp::Sub, WireType::Double, int), Some(WireType::Double));
+        assert_eq!(arith_type(ArithOp::Add, WireType::Str { len: 5 }, int), Some(WireType::Double));
+        assert_eq!(arith_type(ArithOp::Add, WireType::Null, int), None);
+        let cols = [Some(int), Some(WireType::Double)];
+        let sum = AggSpec {
+            kind: AggKind::Sum,
+            arg: Some(Expr::Col(0)),
+            distinct: false,
+            order: vec![],
+            separator: String::new(),
+        };
+        let avg = AggSpec { kind: AggKind::Avg, ..sum.clone() };
+        let aggs = [sum, avg];
+        assert_eq!(Expr::Agg(0).wire_type(&cols, &aggs), Some(dec(0)));
+        assert_eq!(Expr::Agg(1).wire_type(&cols, &aggs), Some(dec(4)));
+        let case = Expr::Case {
+            operand: None,
+            whens: vec![(Expr::Lit(Val::Int(1)), Expr::Col(0))],
+            otherwise: Some(lit(Val::Null)),
+        };
+        assert_eq!(case.wire_type(&cols, &aggs), Some(int));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! proleptic Gregorian calendar.
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::types::{parse_datetime, DateTime};
+use crate::types::{parse_datetime, DateTime, IntKind, WireType};
 use crate::val::{Dec, Val};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +144,28 @@ pub fn lookup(name: &str, n: usize) -> Option<(LibFn, bool)> {
         _ => return None,
     };
     Some((f, ok))
+}
+
+/// The type of a function's result, for result metadata.
+pub fn result_type(f: LibFn) -> Option<WireType> {
+    use LibFn::*;
+    let bigint = WireType::Int { kind: IntKind::Big, unsigned: false, width: None };
+    Some(match f {
+        Pow | Sqrt | Exp | Ln | Log | Log2 | Log10 | Pi | Sin | Cos | Tan | Asin | Acos | Atan | Degrees | Radians => {
+            WireType::Double
+        }
+        // Exact or not, as its argument.
+        Truncate => return None,
+        Locate | Instr | Ascii | Strcmp | Field | Year | Month | Day | Hour | Minute | Second | DayOfWeek | WeekDay
+        | DayOfYear | DateDiff | UnixTimestamp => bigint,
+        Lpad | Rpad | Repeat | Reverse | Space | SubstringIndex | DateFormat | DayName | MonthName => {
+            WireType::Str { len: 255 }
+        }
+        Date | LastDay => WireType::Date,
+        FromUnixtime => WireType::Datetime { fsp: 0, timestamp: false },
+        // A date or a datetime, depending on the argument and the unit.
+        DateAdd(_) => return None,
+    })
 }
 
 /// Longest string REPEAT / LPAD / RPAD / SPACE build (MySQL's max_allowed_packet bounds them).
