@@ -41,13 +41,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 now_ms() { date +%s%3N; }
 
 base=$(( 30000 + RANDOM % 20000 ))
-start_shoal() { # waits for ready; prints ms it took
+start_ms=0
+start_shoal() { # waits for ready; sets start_ms (not in a subshell: up_pid must stick)
   local t0; t0=$(now_ms)
   $SHOAL up --dir "$work/shoal" --base-port "$base" >"$work/up.log" 2>&1 &
   up_pid=$!
   for _ in $(seq 3000); do grep -q '^ready' "$work/up.log" && break; sleep 0.1; done
   grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
-  echo $(( $(now_ms) - t0 ))
+  start_ms=$(( $(now_ms) - t0 ))
 }
 kv() { # extra args... -> "ops/s p99_ms errors writes"
   $SHOAL bench kv --dir "$work/shoal" --value-size "$VALUE" --json "$@" |
@@ -55,7 +56,7 @@ kv() { # extra args... -> "ops/s p99_ms errors writes"
 }
 
 # ---------- 1. write throughput ----------
-start_shoal >/dev/null
+start_shoal
 declare -A shoal_mem shoal_sync
 for c in 1 16 64; do
   read -r ops p99 err _ < <(kv --threads "$c" --write-ratio 1 --keys 100000 --duration "$SECS" --durability memory)
@@ -111,14 +112,15 @@ echo
 
 # ---------- 2. system restart with ROWS rows ----------
 rm -rf "$work/shoal"
-start_shoal >/dev/null
+start_shoal
 kv --threads 16 --write-ratio 0 --keys "$ROWS" --duration 1 >/dev/null
 # Everything loaded is in a complete global checkpoint after two intervals.
 sleep 2
 du_mb=$(du -sm "$work/shoal/datanode-11" | cut -f1)
 for f in "$work"/shoal/run/*.pid; do kill -9 "$(cat "$f")" 2>/dev/null || true; done
 kill -9 "$up_pid" 2>/dev/null || true; wait "$up_pid" 2>/dev/null || true; up_pid=""
-restart_ms=$(start_shoal)
+start_shoal
+restart_ms=$start_ms
 restored=$(grep -h "restored own files" "$work"/shoal/logs/datanode-11.log | tail -1 | sed -E 's/.*rows=([0-9]+).*ms=([0-9]+).*/\1 rows in \2 ms/')
 echo "### System restart (kill -9 of every process, then shoal up)"
 echo
