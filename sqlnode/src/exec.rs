@@ -18,6 +18,7 @@
 //! key — and on such a collision the node rescans and retries the statement (bounded), so values
 //! are unique cluster-wide, increasing per SQL node, and not gap-free.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use shoal_client::KeyOp;
@@ -36,6 +37,8 @@ pub use crate::sql::select::{MAX_BUFFERED_ROWS, MAX_GROUPS};
 use crate::types::SqlType;
 use crate::val::Val;
 
+/// Tables of one statement read at the same time (joins, subqueries).
+const MAX_PARALLEL_TABLE_READS: usize = 4;
 /// Most distinct tables and views one statement names.
 pub const MAX_NAMES_PER_STATEMENT: usize = 64;
 /// Key operations sent to the cluster per batch.
@@ -220,33 +223,43 @@ impl Session {
         self.read_scans(scans, skip).await
     }
 
-    async fn read_scans(&self, scans: Vec<Arc<Scan>>, skip: Option<&Scan>) -> SqlResult<()> {
-        let mut held = 0usize;
-        for scan in scans {
-            if skip.is_some_and(|s| std::ptr::eq(s, scan.as_ref())) || scan.rows.get().is_some() {
-                continue;
+    /// Reads these tables, several at a time (each scan visits the partitions one after
+    /// another), at most `MAX_BUFFERED_ROWS` rows in all.
+    async fn read_scans(&self, mut scans: Vec<Arc<Scan>>, skip: Option<&Scan>) -> SqlResult<()> {
+        scans.retain(|s| !skip.is_some_and(|k| std::ptr::eq(k, s.as_ref())) && s.rows.get().is_none());
+        let mut seen = std::collections::HashSet::new();
+        scans.retain(|s| seen.insert(Arc::as_ptr(s) as usize));
+        drop(seen);
+        let held = AtomicUsize::new(0);
+        // Boxed into a list first: a lazily mapped stream of borrowing futures trips the
+        // compiler's `Send` inference for the connection task.
+        type Read<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = SqlResult<()>> + Send + 'a>>;
+        let reads: Vec<Read<'_>> = scans.iter().map(|scan| Box::pin(self.read_scan(scan, &held)) as Read<'_>).collect();
+        let reads = futures::StreamExt::buffer_unordered(futures::stream::iter(reads), MAX_PARALLEL_TABLE_READS);
+        futures::TryStreamExt::try_collect::<Vec<()>>(reads).await?;
+        Ok(())
+    }
+
+    async fn read_scan(&self, scan: &Scan, held: &AtomicUsize) -> SqlResult<()> {
+        let t = &scan.table;
+        let access = plan::choose(t, scan.pushed.as_ref());
+        let width = t.visible();
+        let mut rows = vec![];
+        let mut over = false;
+        self.for_each_row(t, &access, |_, mut row| {
+            if held.fetch_add(1, Ordering::Relaxed) >= MAX_BUFFERED_ROWS {
+                over = true;
+                return Ok(false);
             }
-            let t = &scan.table;
-            let access = plan::choose(t, scan.pushed.as_ref());
-            let width = t.visible();
-            let mut rows = vec![];
-            let mut over = false;
-            self.for_each_row(t, &access, |_, mut row| {
-                if held >= MAX_BUFFERED_ROWS {
-                    over = true;
-                    return Ok(false);
-                }
-                row.truncate(width);
-                rows.push(row);
-                held += 1;
-                Ok(true)
-            })
-            .await?;
-            if over {
-                return Err(too_many("rows", MAX_BUFFERED_ROWS));
-            }
-            let _ = scan.rows.set(rows);
+            row.truncate(width);
+            rows.push(row);
+            Ok(true)
+        })
+        .await?;
+        if over {
+            return Err(too_many("rows", MAX_BUFFERED_ROWS));
         }
+        let _ = scan.rows.set(rows);
         Ok(())
     }
 

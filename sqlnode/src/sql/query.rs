@@ -232,20 +232,22 @@ impl QueryPlan {
     /// Every base-table scan the plan reads, subqueries and derived tables included.
     pub fn scans(&self, out: &mut Vec<Arc<Scan>>) {
         match &self.body {
-            Body::Select(s) => from_scans(&s.from, out),
+            Body::Select(s) => {
+                from_scans(&s.from, out);
+                self.each_expr(&mut |e| {
+                    e.walk(&mut |x| {
+                        if let Expr::Subquery(s) = x {
+                            s.plan.plan.scans(out);
+                        }
+                    })
+                });
+            }
             Body::Set { left, right, .. } => {
                 left.scans(out);
                 right.scans(out);
             }
             Body::Sorted { input, .. } => input.scans(out),
         }
-        self.each_expr(&mut |e| {
-            e.walk(&mut |x| {
-                if let Expr::Subquery(s) = x {
-                    s.plan.plan.scans(out);
-                }
-            })
-        });
     }
 }
 
