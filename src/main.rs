@@ -68,12 +68,6 @@ enum BenchKind {
 }
 
 fn main() {
-    // A CLI whose output is piped into `head` should end quietly when the pipe closes, as
-    // other Unix tools do, not panic on a failed print.
-    // SAFETY: restores the default disposition of one signal before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Up(a) => up::run(a),

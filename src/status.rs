@@ -10,6 +10,19 @@ use shoal_proto::{ClusterState, NodeKind};
 
 use crate::local::LocalCluster;
 
+/// Prints a line. A closed pipe (`shoal status | head`) ends the program quietly, as other Unix
+/// tools do; SIGPIPE itself stays ignored, or a gRPC socket whose peer died would kill the CLI.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 #[derive(clap::Args)]
 pub struct StatusArgs {
     #[arg(long, default_value = "shoal-data")]
@@ -45,7 +58,7 @@ pub async fn run(a: StatusArgs) -> Result<()> {
     let state = ClusterState::try_from(best.state.clone().unwrap_or_default()).map_err(anyhow::Error::msg)?;
     let doc = to_json(&state, best, &answers, local.as_ref());
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        out!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print_table(&doc);
     }
@@ -134,8 +147,8 @@ fn to_json(
 }
 
 fn print_table(doc: &Json) {
-    println!("epoch {}  mgmd leader {}  gci_complete {}", doc["epoch"], doc["leader"], doc["gci_complete"]);
-    println!("{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} detail", "id", "kind", "addr", "state", "pid", "group");
+    out!("epoch {}  mgmd leader {}  gci_complete {}", doc["epoch"], doc["leader"], doc["gci_complete"]);
+    out!("{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} detail", "id", "kind", "addr", "state", "pid", "group");
     for n in doc["nodes"].as_array().into_iter().flatten() {
         let detail = if n["kind"] == "mgmd" {
             if n["leader"] == true {
@@ -149,7 +162,7 @@ fn print_table(doc: &Json) {
                 None => format!("primary of {} partitions, restorable gci {}", n["primaries"], n["restorable_gci"]),
             }
         };
-        println!(
+        out!(
             "{:<5} {:<9} {:<22} {:<9} {:<8} {:<6} {}",
             n["id"].to_string(),
             n["kind"].as_str().unwrap_or(""),
@@ -161,5 +174,5 @@ fn print_table(doc: &Json) {
         );
     }
     let tables = doc["tables"].as_array().map_or(0, |t| t.len());
-    println!("{tables} tables, {} partitions", doc["partitions"].as_array().map_or(0, |p| p.len()));
+    out!("{tables} tables, {} partitions", doc["partitions"].as_array().map_or(0, |p| p.len()));
 }
