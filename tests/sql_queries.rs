@@ -241,6 +241,15 @@ async fn joins_subqueries_unions_views() {
     c.query_drop("DELETE FROM emp WHERE NOT EXISTS (SELECT 1 FROM dept WHERE dept.id = emp.dept)").await.unwrap();
     assert_eq!(rows(&mut c, "SELECT name, pay FROM emp ORDER BY id").await, ["ann,2", "bob,2", "cy,91"]);
 
+    // UPDATE / DELETE ... ORDER BY ... LIMIT.
+    c.query_drop("INSERT INTO pay_copy VALUES ('p1', 1), ('p2', 2), ('p3', 3), ('p4', 4)").await.unwrap();
+    c.query_drop("UPDATE pay_copy SET pay = pay * 100 WHERE name LIKE 'p%' ORDER BY pay DESC LIMIT 2").await.unwrap();
+    c.query_drop("DELETE FROM pay_copy WHERE name LIKE 'p%' ORDER BY pay LIMIT 1").await.unwrap();
+    assert_eq!(
+        rows(&mut c, "SELECT name, pay FROM pay_copy WHERE name LIKE 'p%' ORDER BY name").await,
+        ["p2,2", "p3,300", "p4,400"]
+    );
+
     // Unsupported SQL is a clear 1235, and the connection stays usable.
     assert_eq!(code_of(c.query_drop("WITH RECURSIVE x AS (SELECT 1) SELECT * FROM x").await), 1235);
     assert_eq!(rows(&mut c, "SELECT 1").await, ["1"]);

@@ -731,7 +731,7 @@ impl Session {
         let env = self.env();
         let scope = Scope::of_table(&t);
         // Bound with the planner, so values and the WHERE clause may hold subqueries.
-        let (sets, filter) = self
+        let (sets, filter, order) = self
             .plan(|p| {
                 let mut sets: Vec<(usize, Expr)> = vec![];
                 let mut b = Binder::scoped(p.env, &scope, &[], Some(p), "field list");
@@ -750,32 +750,23 @@ impl Session {
                     Some(e) => Some(Binder::scoped(p.env, &scope, &[], Some(p), "where clause").bind(e)?),
                     None => None,
                 };
-                Ok((sets, filter))
+                let order = bind_order(p, &scope, &u.order_by)?;
+                Ok((sets, filter, order))
             })
             .await?;
         let mut subqueries = filter.iter().collect::<Vec<_>>();
         subqueries.extend(sets.iter().map(|(_, e)| e));
+        subqueries.extend(order.iter().map(|(e, _)| e));
         self.read_subquery_tables(&subqueries).await?;
-        if !u.order_by.is_empty() && u.limit.is_some() {
-            return Err(SqlError::not_supported("UPDATE ... ORDER BY ... LIMIT"));
-        }
         let limit = match &u.limit {
             Some(e) => Some(const_count(&env, e)?),
             None => None,
         };
-        let access = plan::choose(&t, filter.as_ref());
         let mut writes: Vec<(Vec<Value>, Vec<u32>, Vec<Value>)> = vec![];
         let mut matched = 0u64;
         let mut err = None;
-        self.for_each_row(&t, &access, |stored, mut row| {
-            if limit.is_some_and(|l| matched >= l) {
-                return Ok(false);
-            }
-            if let Some(f) = &filter {
-                if f.eval(&row, &[])?.truth() != Some(true) {
-                    return Ok(true);
-                }
-            }
+        // The new values of one matching row; false = stop.
+        let mut apply = |stored: &[Value], mut row: Vec<Val>| -> SqlResult<bool> {
             matched += 1;
             let mut cols = vec![];
             let mut vals = vec![];
@@ -805,8 +796,33 @@ impl Session {
                 writes.push((t.table.key_of(stored), cols, vals));
             }
             Ok(true)
-        })
-        .await?;
+        };
+        match limit {
+            Some(l) if !order.is_empty() => {
+                for (stored, row) in self.ordered_matches(&t, filter.as_ref(), &order, l).await? {
+                    if !apply(&stored, row)? {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                let access = plan::choose(&t, filter.as_ref());
+                let mut seen = 0u64;
+                self.for_each_row(&t, &access, |stored, row| {
+                    if limit.is_some_and(|l| seen >= l) {
+                        return Ok(false);
+                    }
+                    if let Some(f) = &filter {
+                        if f.eval(&row, &[])?.truth() != Some(true) {
+                            return Ok(true);
+                        }
+                    }
+                    seen += 1;
+                    apply(stored, row)
+                })
+                .await?;
+            }
+        }
         if let Some(e) = err {
             return Err(e);
         }
@@ -856,22 +872,75 @@ impl Session {
         t.alias = alias;
         let env = self.env();
         let scope = Scope::of_table(&t);
-        let filter = match &d.selection {
-            Some(e) => {
-                let f = self.plan(|p| Binder::scoped(p.env, &scope, &[], Some(p), "where clause").bind(e)).await?;
-                self.read_subquery_tables(&[&f]).await?;
-                Some(f)
-            }
-            None => None,
-        };
-        if !d.order_by.is_empty() && d.limit.is_some() {
-            return Err(SqlError::not_supported("DELETE ... ORDER BY ... LIMIT"));
-        }
+        let (filter, order) = self
+            .plan(|p| {
+                let filter = match &d.selection {
+                    Some(e) => Some(Binder::scoped(p.env, &scope, &[], Some(p), "where clause").bind(e)?),
+                    None => None,
+                };
+                Ok((filter, bind_order(p, &scope, &d.order_by)?))
+            })
+            .await?;
+        let mut subqueries = filter.iter().collect::<Vec<_>>();
+        subqueries.extend(order.iter().map(|(e, _)| e));
+        self.read_subquery_tables(&subqueries).await?;
         let limit = match &d.limit {
             Some(e) => Some(const_count(&env, e)?),
             None => None,
         };
-        self.delete_matching(&t, filter.as_ref(), limit).await
+        match limit {
+            Some(l) if !order.is_empty() => {
+                let rows = self.ordered_matches(&t, filter.as_ref(), &order, l).await?;
+                let keys = rows.iter().map(|(stored, _)| t.table.key_of(stored)).collect();
+                self.delete_keys(&t, keys).await
+            }
+            _ => self.delete_matching(&t, filter.as_ref(), limit).await,
+        }
+    }
+
+    /// The rows of `t` that pass `filter`, sorted by `order` (ties in scan order), at most
+    /// `limit` of them: for UPDATE / DELETE … ORDER BY … LIMIT. Every matching row is held
+    /// while sorting (bounded by `MAX_BUFFERED_ROWS`).
+    async fn ordered_matches(
+        &self,
+        t: &TableRef,
+        filter: Option<&Expr>,
+        order: &[(Expr, bool)],
+        limit: u64,
+    ) -> SqlResult<Vec<(Vec<Value>, Vec<Val>)>> {
+        let access = plan::choose(t, filter);
+        let mut found: Vec<(Vec<Val>, Vec<Value>, Vec<Val>)> = vec![];
+        let mut overflow = false;
+        self.for_each_row(t, &access, |stored, row| {
+            if let Some(f) = filter {
+                if f.eval(&row, &[])?.truth() != Some(true) {
+                    return Ok(true);
+                }
+            }
+            if found.len() >= MAX_BUFFERED_ROWS {
+                overflow = true;
+                return Ok(false);
+            }
+            let keys = order.iter().map(|(e, _)| e.eval(&row, &[])).collect::<SqlResult<Vec<_>>>()?;
+            found.push((keys, stored.to_vec(), row));
+            Ok(true)
+        })
+        .await?;
+        if overflow {
+            return Err(too_many("rows", MAX_BUFFERED_ROWS));
+        }
+        found.sort_by(|(a, ..), (b, ..)| {
+            for ((x, y), (_, asc)) in a.iter().zip(b).zip(order) {
+                let o = crate::val::sort_cmp(x, y);
+                let o = if *asc { o } else { o.reverse() };
+                if o != std::cmp::Ordering::Equal {
+                    return o;
+                }
+            }
+            std::cmp::Ordering::Equal
+        });
+        found.truncate(limit.min(usize::MAX as u64) as usize);
+        Ok(found.into_iter().map(|(_, stored, row)| (stored, row)).collect())
     }
 
     /// Deletes the rows of `t` that pass `filter` (at most `limit`); returns how many.
@@ -899,6 +968,11 @@ impl Session {
         if overflow {
             return Err(too_many("rows", MAX_BUFFERED_ROWS));
         }
+        self.delete_keys(t, keys).await
+    }
+
+    /// Deletes rows by primary key, in batches; returns how many were there.
+    async fn delete_keys(&self, t: &TableRef, keys: Vec<Vec<Value>>) -> SqlResult<Outcome> {
         let name = &t.table.spec.name;
         let mut deleted = 0u64;
         for chunk in keys.chunks(WRITE_BATCH) {
@@ -913,6 +987,17 @@ impl Session {
         }
         Ok(Outcome::affected(deleted))
     }
+}
+
+/// ORDER BY of an UPDATE or DELETE: expressions over the target table.
+fn bind_order(p: &Planner<'_>, scope: &Scope, items: &[ast::OrderByExpr]) -> SqlResult<Vec<(Expr, bool)>> {
+    items
+        .iter()
+        .map(|it| {
+            let e = Binder::scoped(p.env, scope, &[], Some(p), "order clause").bind(&it.expr)?;
+            Ok((e, !matches!(it.options.sort, Some(ast::OrderBySort::Desc))))
+        })
+        .collect()
 }
 
 /// Names of the tables in the FROM clauses of a query's outermost SELECTs.
