@@ -5,9 +5,11 @@
 //! ([`Expr::Outer`]). Its tables are read before the statement is evaluated (with the filters
 //! that do not depend on the enclosing row pushed down), so evaluating it is a pure, in-memory
 //! run of its plan: once per statement when it is uncorrelated (the rows are cached), once per
-//! enclosing row when it is correlated.
+//! enclosing row when it is correlated. An uncorrelated `IN` also hashes its values once, so
+//! testing a row costs a lookup, not a pass over the subquery's rows.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{code, SqlError, SqlResult};
@@ -22,12 +24,75 @@ pub struct SubPlan {
     /// It reads a column of an enclosing query, so it runs once per enclosing row.
     pub correlated: bool,
     cache: OnceLock<Arc<Vec<Vec<Val>>>>,
+    in_index: OnceLock<InIndex>,
+}
+
+/// The values of an uncorrelated `IN (SELECT …)` by hash: numbers by their double value, text
+/// by its bytes (values that compare equal hash equal; candidates are confirmed by comparing).
+#[derive(Debug, Default)]
+struct InIndex {
+    by_key: HashMap<Vec<u8>, Vec<usize>>,
+    has_null: bool,
+    /// Every non-NULL value is a number (or every one is text): lookups of that kind are exact.
+    all_numbers: bool,
+    all_text: bool,
+}
+
+/// A hash key that values comparing equal share, for numbers and text; None otherwise.
+fn in_key(v: &Val) -> Option<Vec<u8>> {
+    match v {
+        Val::Int(_) | Val::UInt(_) | Val::Dec(_) | Val::Float(_) => {
+            let f = v.to_f64()?;
+            let f = if f == 0.0 { 0.0 } else { f };
+            let mut k = vec![0];
+            k.extend_from_slice(&f.to_bits().to_le_bytes());
+            Some(k)
+        }
+        Val::Str(s) => Some([&[1u8][..], s.as_bytes()].concat()),
+        Val::Bytes(b) => Some([&[1u8][..], b.as_slice()].concat()),
+        Val::Null => None,
+    }
+}
+
+impl InIndex {
+    fn build(rows: &[Vec<Val>]) -> InIndex {
+        let mut ix = InIndex { all_numbers: true, all_text: true, ..InIndex::default() };
+        for (i, r) in rows.iter().enumerate() {
+            let v = r.first().unwrap_or(&Val::Null);
+            if v.is_null() {
+                ix.has_null = true;
+                continue;
+            }
+            ix.all_numbers &= v.is_numeric();
+            ix.all_text &= matches!(v, Val::Str(_) | Val::Bytes(_));
+            if let Some(k) = in_key(v) {
+                ix.by_key.entry(k).or_default().push(i);
+            }
+        }
+        ix
+    }
+
+    /// `x IN (rows)` when the index can decide it exactly.
+    fn lookup(&self, x: &Val, rows: &[Vec<Val>]) -> Option<Val> {
+        let exact = (x.is_numeric() && self.all_numbers) || (matches!(x, Val::Str(_) | Val::Bytes(_)) && self.all_text);
+        if !exact || x.is_null() || rows.is_empty() {
+            return None;
+        }
+        let hit = self.by_key.get(&in_key(x)?).is_some_and(|c| {
+            c.iter().any(|&i| compare(x, rows[i].first().unwrap_or(&Val::Null)) == Some(Ordering::Equal))
+        });
+        Some(match (hit, self.has_null) {
+            (true, _) => Val::bool(true),
+            (false, true) => Val::Null,
+            (false, false) => Val::bool(false),
+        })
+    }
 }
 
 impl SubPlan {
     pub fn new(plan: QueryPlan) -> SubPlan {
         let correlated = escapes(&plan, 0);
-        SubPlan { plan, correlated, cache: OnceLock::new() }
+        SubPlan { plan, correlated, cache: OnceLock::new(), in_index: OnceLock::new() }
     }
 
     fn rows(&self, row: &[Val], outer: Option<&Outer<'_>>) -> SqlResult<Arc<Vec<Vec<Val>>>> {
@@ -69,7 +134,14 @@ pub fn eval(sub: &Sub, row: &[Val], aggs: &[Val], outer: Option<&Outer<'_>>) -> 
         },
         SubKind::In(x) => {
             let x = x.eval_in(row, aggs, outer)?;
-            quantified(&x, Cmp::Eq, false, &rows)
+            let indexed = match sub.plan.correlated {
+                true => None,
+                false => sub.plan.in_index.get_or_init(|| InIndex::build(&rows)).lookup(&x, &rows),
+            };
+            match indexed {
+                Some(v) => v,
+                None => quantified(&x, Cmp::Eq, false, &rows),
+            }
         }
         SubKind::Quantified(x, op, all) => {
             let x = x.eval_in(row, aggs, outer)?;
@@ -120,6 +192,23 @@ mod tests {
 
     fn col(vals: &[Val]) -> Vec<Vec<Val>> {
         vals.iter().map(|v| vec![v.clone()]).collect()
+    }
+
+    #[test]
+    fn hashed_in_agrees_with_the_scan() {
+        let vals = [Val::Int(1), Val::Dec(crate::val::Dec::parse("2.50").unwrap()), Val::Float(7.0), Val::Null];
+        let rows = col(&vals);
+        let ix = InIndex::build(&rows);
+        for x in [Val::Int(1), Val::Float(2.5), Val::Int(7), Val::UInt(3), Val::Null] {
+            let want = quantified(&x, Cmp::Eq, false, &rows);
+            assert_eq!(ix.lookup(&x, &rows).unwrap_or_else(|| want.clone()), want, "{x:?}");
+        }
+        // Text against numbers is compared as numbers: left to the scan.
+        assert_eq!(ix.lookup(&Val::Str("1".into()), &rows), None);
+        let texts = col(&[Val::Str("a".into()), Val::Str("b".into())]);
+        let ix = InIndex::build(&texts);
+        assert_eq!(ix.lookup(&Val::Str("b".into()), &texts), Some(Val::Int(1)));
+        assert_eq!(ix.lookup(&Val::Str("c".into()), &texts), Some(Val::Int(0)));
     }
 
     #[test]
