@@ -250,6 +250,24 @@ async fn joins_subqueries_unions_views() {
         ["p2,2", "p3,300", "p4,400"]
     );
 
+    // PARTITION BY KEY: rows of one customer share a partition; equality on it reads only that.
+    c.query_drop(
+        "CREATE TABLE orders (cust INT, id INT, total INT, PRIMARY KEY (cust, id)) PARTITION BY KEY (cust) PARTITIONS 8",
+    )
+    .await
+    .unwrap();
+    c.query_drop("INSERT INTO orders VALUES (1, 1, 10), (1, 2, 20), (2, 3, 30), (3, 4, 40), (1, 5, 50)").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT SUM(total) FROM orders WHERE cust = 1").await, ["80"]);
+    let plan = rows(&mut c, "EXPLAIN SELECT * FROM orders WHERE cust = 1 AND total > 15").await;
+    assert!(plan[0].contains("scan of partition"), "{plan:?}");
+    let ddl = rows(&mut c, "SHOW CREATE TABLE orders").await;
+    assert!(ddl[0].contains("PARTITION BY KEY (`cust`)"), "{ddl:?}");
+    assert_eq!(
+        code_of(c.query_drop("CREATE TABLE bad (a INT, b INT, PRIMARY KEY (a)) PARTITION BY KEY (b)").await),
+        1503
+    );
+    assert_eq!(code_of(c.query_drop("CREATE TABLE bad (a INT PRIMARY KEY) PARTITION BY HASH (a)").await), 1235);
+
     // Unsupported SQL is a clear 1235, and the connection stays usable.
     assert_eq!(code_of(c.query_drop("WITH RECURSIVE x AS (SELECT 1) SELECT * FROM x").await), 1235);
     assert_eq!(rows(&mut c, "SELECT 1").await, ["1"]);

@@ -634,11 +634,23 @@ impl Client {
         filters: Vec<Filter>,
         projection: Vec<u32>,
     ) -> tokio_stream::wrappers::ReceiverStream<Result<Row>> {
+        self.scan_partitions(table, None, filters, projection)
+    }
+
+    /// Like [`Client::scan`], over one partition only when `only` is given (partition pruning:
+    /// the SQL node knows every matching row has that partition key).
+    pub fn scan_partitions(
+        &self,
+        table: &str,
+        only: Option<u32>,
+        filters: Vec<Filter>,
+        projection: Vec<u32>,
+    ) -> tokio_stream::wrappers::ReceiverStream<Result<Row>> {
         let (tx, rx) = mpsc::channel(SCAN_QUEUE * SCAN_BATCH_ROWS as usize);
         let client = self.clone();
         let table = table.to_string();
         tokio::spawn(async move {
-            if let Err(e) = client.scan_into(&table, filters, projection, &tx).await {
+            if let Err(e) = client.scan_into(&table, only, filters, projection, &tx).await {
                 let _ = tx.send(Err(e)).await;
             }
         });
@@ -648,6 +660,7 @@ impl Client {
     async fn scan_into(
         &self,
         table: &str,
+        only: Option<u32>,
         filters: Vec<Filter>,
         projection: Vec<u32>,
         tx: &mpsc::Sender<Result<Row>>,
@@ -655,6 +668,9 @@ impl Client {
         let t = self.table(table)?;
         let read_backup = self.inner.opts.read_backup;
         for partition in 0..t.partition_count {
+            if only.is_some_and(|p| p != partition) {
+                continue;
+            }
             let deadline = Instant::now() + self.inner.opts.deadline;
             let mut spread = partition as usize;
             loop {

@@ -104,14 +104,14 @@ impl Session {
                     }
                 }
             }
-            Access::Scan(filters)
+            Access::Scan(_) | Access::Partition(..)
                 if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await =>
             {
                 // A locking read over a scan: find the rows, then read each again under its
                 // lock through the transaction (the WHERE clause is evaluated on those).
                 let key_cols: Vec<usize> = t.table.spec.primary_key.iter().map(|&c| c as usize).collect();
                 let mut keys = vec![];
-                let mut stream = self.client().scan(name, filters.clone(), vec![]);
+                let mut stream = self.scan_stream(name, access);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
                     keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
@@ -125,8 +125,8 @@ impl Session {
                     }
                 }
             }
-            Access::Scan(filters) => {
-                let mut stream = self.client().scan(name, filters.clone(), vec![]);
+            Access::Scan(_) | Access::Partition(..) => {
+                let mut stream = self.scan_stream(name, access);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
                     if !f(&row, convert(&row))? {
@@ -136,6 +136,19 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// The rows a scan access path reads (every partition, or the one it names).
+    fn scan_stream(
+        &self,
+        name: &str,
+        access: &Access,
+    ) -> tokio_stream::wrappers::ReceiverStream<Result<Vec<Value>, ShoalError>> {
+        let only = match access {
+            Access::Partition(p, _) => Some(*p),
+            _ => None,
+        };
+        self.client().scan_partitions(name, only, access.filters().to_vec(), vec![])
     }
 
     // ----- SELECT -----

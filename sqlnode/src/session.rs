@@ -265,10 +265,17 @@ impl Session {
     pub async fn query(&mut self, sql: &str) -> SqlResult<Outcome> {
         let out = match parse::classify(sql)? {
             Some(admin) => self.admin(admin).await,
-            None => {
-                let stmt = parse::parse_one(sql)?;
-                self.statement(stmt, sql).await
-            }
+            None => match parse::split_partition_by(sql)? {
+                // CREATE TABLE … PARTITION BY KEY (cols): sqlparser takes the rest.
+                Some((rest, cols)) => match parse::parse_one(&rest)? {
+                    Statement::CreateTable(ct) => self.create_table(&ct, &cols).await,
+                    _ => Err(SqlError::parse("PARTITION BY belongs to CREATE TABLE")),
+                },
+                None => {
+                    let stmt = parse::parse_one(sql)?;
+                    self.statement(stmt, sql).await
+                }
+            },
         };
         if let Ok(Outcome::Done { affected, .. }) = &out {
             self.row_count = *affected as i64;
@@ -302,7 +309,7 @@ impl Session {
                 self.note_write();
                 out
             }
-            Statement::CreateTable(ct) => self.create_table(&ct).await,
+            Statement::CreateTable(ct) => self.create_table(&ct, &[]).await,
             Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, temporary: false, .. } => {
                 self.drop_tables(&names, if_exists).await
             }
@@ -639,7 +646,9 @@ impl Session {
 
     // ----- DDL -----
 
-    async fn create_table(&mut self, ct: &ast::CreateTable) -> SqlResult<Outcome> {
+    /// CREATE TABLE; `partition_by` names the partition-key columns (PARTITION BY KEY), else the
+    /// primary key partitions the table.
+    async fn create_table(&mut self, ct: &ast::CreateTable, partition_by: &[String]) -> SqlResult<Outcome> {
         if ct.query.is_some() || ct.like.is_some() || ct.clone.is_some() {
             return Err(SqlError::not_supported("CREATE TABLE ... AS SELECT / LIKE"));
         }
@@ -771,7 +780,22 @@ impl Session {
                 return Err(SqlError::not_supported("FLOAT/DOUBLE primary key columns"));
             }
         }
-        let spec = TableSpec { name: format!("{db}.{name}"), columns, primary_key: pk, partition_key: vec![] };
+        let mut partition_key = vec![];
+        for n in partition_by {
+            let i = columns.iter().position(|c| c.name.eq_ignore_ascii_case(n)).ok_or_else(|| {
+                SqlError::new(code::BAD_FIELD, "Field in list of fields for partition function not found in table")
+            })?;
+            if !pk.contains(&(i as u32)) {
+                return Err(SqlError::new(
+                    code::UNIQUE_KEY_NEED_ALL_FIELDS_IN_PF,
+                    "A PRIMARY KEY must include all columns in the table's partitioning function",
+                ));
+            }
+            if !partition_key.contains(&(i as u32)) {
+                partition_key.push(i as u32);
+            }
+        }
+        let spec = TableSpec { name: format!("{db}.{name}"), columns, primary_key: pk, partition_key };
         match self.client().create_table(spec, ct.if_not_exists).await {
             Ok(_) => Ok(Outcome::ok()),
             Err(e) if e.code == ErrorCode::TableExists => {
@@ -913,8 +937,15 @@ pub fn show_create(t: &TableRef) -> String {
             t.table.spec.primary_key.iter().map(|&k| format!("`{}`", t.col_name(k as usize))).collect();
         lines.push(format!("  PRIMARY KEY ({})", cols.join(",")));
     }
+    let spec = &t.table.spec;
+    let partitioning = if !t.table.hidden_pk && spec.partition_key != spec.primary_key {
+        let cols: Vec<String> = spec.partition_key.iter().map(|&k| format!("`{}`", t.col_name(k as usize))).collect();
+        format!("\n/*!50100 PARTITION BY KEY ({}) */", cols.join(","))
+    } else {
+        String::new()
+    };
     format!(
-        "CREATE TABLE `{}` (\n{}\n) ENGINE=ndbcluster DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE `{}` (\n{}\n) ENGINE=ndbcluster DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin{partitioning}",
         t.name,
         lines.join(",\n")
     )

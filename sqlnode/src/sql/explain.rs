@@ -12,14 +12,11 @@ pub const COLUMNS: &[&str] = &["table", "access", "pushed_filters", "in_sql_node
 
 /// The pushed-down filters of an access path, as text.
 pub fn pushed_text(t: &TableRef, a: &Access) -> String {
-    match a {
-        Access::Scan(f) => f
-            .iter()
-            .map(|f| format!("{} {:?} {:?}", t.col_name(f.column as usize), f.op, f.value))
-            .collect::<Vec<_>>()
-            .join(" AND "),
-        _ => String::new(),
-    }
+    a.filters()
+        .iter()
+        .map(|f| format!("{} {:?} {:?}", t.col_name(f.column as usize), f.op, f.value))
+        .collect::<Vec<_>>()
+        .join(" AND ")
 }
 
 /// The rows of EXPLAIN for a query plan.

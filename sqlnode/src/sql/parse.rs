@@ -352,6 +352,87 @@ fn parse_set(t: &[Tok]) -> Vec<(String, String)> {
     out
 }
 
+/// Splits MySQL's `PARTITION BY [LINEAR] KEY (cols) [PARTITIONS n]` off the end of a CREATE
+/// TABLE (sqlparser does not parse it): the statement without it and the partition-key column
+/// names. None when there is no such clause. The partition count is the cluster's, so
+/// `PARTITIONS n` is accepted and not used; other partitioning kinds are refused.
+pub fn split_partition_by(sql: &str) -> SqlResult<Option<(String, Vec<String>)>> {
+    let toks =
+        Tokenizer::new(&MySqlDialect {}, sql).tokenize_with_location().map_err(|e| SqlError::parse(e.to_string()))?;
+    let words: Vec<(usize, &sqlparser::tokenizer::TokenWithSpan)> =
+        toks.iter().enumerate().filter(|(_, t)| !matches!(t.token, Token::Whitespace(_))).collect();
+    let kw = |i: usize| match words.get(i).map(|(_, t)| &t.token) {
+        Some(Token::Word(w)) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
+        _ => String::new(),
+    };
+    if kw(0) != "CREATE" || !(1..4).any(|i| kw(i) == "TABLE") {
+        return Ok(None);
+    }
+    let mut depth = 0i32;
+    for (n, (_, t)) in words.iter().enumerate() {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if depth != 0 || kw(n) != "PARTITION" || kw(n + 1) != "BY" {
+            continue;
+        }
+        let mut i = n + 2;
+        if kw(i) == "LINEAR" {
+            i += 1;
+        }
+        if kw(i) != "KEY" {
+            return Err(SqlError::not_supported("PARTITION BY other than KEY (cols)"));
+        }
+        i += 1;
+        if !matches!(words.get(i).map(|(_, t)| &t.token), Some(Token::LParen)) {
+            return Err(SqlError::parse("PARTITION BY KEY needs a column list"));
+        }
+        i += 1;
+        let mut cols = vec![];
+        loop {
+            match words.get(i).map(|(_, t)| &t.token) {
+                Some(Token::Word(w)) => cols.push(w.value.clone()),
+                _ => return Err(SqlError::parse("PARTITION BY KEY needs column names")),
+            }
+            i += 1;
+            match words.get(i).map(|(_, t)| &t.token) {
+                Some(Token::Comma) => i += 1,
+                Some(Token::RParen) => {
+                    i += 1;
+                    break;
+                }
+                _ => return Err(SqlError::parse("bad PARTITION BY KEY column list")),
+            }
+        }
+        if kw(i) == "PARTITIONS" {
+            if !matches!(words.get(i + 1).map(|(_, t)| &t.token), Some(Token::Number(..))) {
+                return Err(SqlError::parse("PARTITIONS needs a number"));
+            }
+            i += 2;
+        }
+        while matches!(words.get(i).map(|(_, t)| &t.token), Some(Token::SemiColon | Token::EOF)) {
+            i += 1;
+        }
+        if i < words.len() {
+            return Err(SqlError::not_supported("table options after PARTITION BY"));
+        }
+        // Byte offset of the PARTITION keyword.
+        let loc = t.span.start;
+        let mut off = 0usize;
+        for (li, l) in sql.split_inclusive('\n').enumerate() {
+            if li as u64 + 1 == loc.line {
+                off += l.chars().take(loc.column.saturating_sub(1) as usize).map(char::len_utf8).sum::<usize>();
+                break;
+            }
+            off += l.len();
+        }
+        return Ok(Some((sql[..off.min(sql.len())].to_string(), cols)));
+    }
+    Ok(None)
+}
+
 /// Parses one statement with sqlparser's MySQL dialect.
 pub fn parse_one(sql: &str) -> SqlResult<Statement> {
     if sql.len() > MAX_SQL_BYTES {
@@ -691,6 +772,21 @@ mod tests {
         let planned =
             std::thread::Builder::new().stack_size(WORKER_STACK_BYTES).spawn(subqueries).unwrap().join().unwrap();
         assert!(planned >= 10, "nested subqueries planned to depth {planned}");
+    }
+
+    #[test]
+    fn partition_by_key_is_split_off() {
+        let (rest, cols) =
+            split_partition_by("create table t (a int, b int, primary key (a, b)) partition by key (b) partitions 4;")
+                .unwrap()
+                .unwrap();
+        assert_eq!(rest.trim_end(), "create table t (a int, b int, primary key (a, b))");
+        assert_eq!(cols, vec!["b"]);
+        assert!(parse_one(&rest).is_ok());
+        assert_eq!(split_partition_by("CREATE TABLE t (a INT) PARTITION BY LINEAR KEY (a)").unwrap().unwrap().1, ["a"]);
+        assert_eq!(split_partition_by("CREATE TABLE t (a INT) PARTITION BY HASH (a)").unwrap_err().code, 1235);
+        assert_eq!(split_partition_by("SELECT 'PARTITION BY KEY (a)'").unwrap(), None);
+        assert_eq!(split_partition_by("CREATE TABLE t (a INT)").unwrap(), None);
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub enum Access {
     Key(Vec<Value>),
     Keys(Vec<Vec<Value>>),
     Scan(Vec<Filter>),
+    /// A scan of the one partition every matching row lives in (equality on the whole
+    /// partition key of a `PARTITION BY KEY` table), with filters.
+    Partition(u32, Vec<Filter>),
 }
 
 impl Access {
@@ -39,6 +42,15 @@ impl Access {
             Access::Keys(k) => format!("batched primary key read of {} keys", k.len()),
             Access::Scan(f) if f.is_empty() => "full scan".into(),
             Access::Scan(f) => format!("scan with {} pushed-down filter(s)", f.len()),
+            Access::Partition(p, f) => format!("scan of partition {p} with {} pushed-down filter(s)", f.len()),
+        }
+    }
+
+    /// The data-node filters of a scan.
+    pub fn filters(&self) -> &[Filter] {
+        match self {
+            Access::Scan(f) | Access::Partition(_, f) => f,
+            _ => &[],
         }
     }
 }
@@ -130,6 +142,28 @@ pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
         }
     }
 
+    // Equality on the whole partition key (when it is not the primary key): one partition.
+    let part = &t.table.spec.partition_key;
+    let mut partition = None;
+    if !hidden && part.len() < pk.len() && !part.is_empty() {
+        let mut key: Vec<Value> = vec![Value::Null; pk.len()];
+        let mut found = 0;
+        for &c in part {
+            let c = c as usize;
+            let v = conj.iter().find_map(|e| match column_vs_const(e) {
+                Some((col, Cmp::Eq, v)) if col == c => t.types[c].exact_storage(v),
+                _ => None,
+            });
+            if let (Some(v), Some(pos)) = (v, pk.iter().position(|&k| k == c)) {
+                key[pos] = v;
+                found += 1;
+            }
+        }
+        if found == part.len() {
+            partition = Some(shoal_proto::codec::partition_of_key(&t.table, &key));
+        }
+    }
+
     // Scan with pushed-down filters.
     let mut filters = vec![];
     for e in &conj {
@@ -149,7 +183,10 @@ pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
             }
         }
     }
-    Access::Scan(filters)
+    match partition {
+        Some(p) => Access::Partition(p, filters),
+        None => Access::Scan(filters),
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +246,25 @@ mod tests {
         let s = Expr::Cmp(Cmp::Eq, col(2), lit(Val::Str("1".into())));
         assert_eq!(choose(&t, Some(&s)), Access::Scan(vec![]));
         assert_eq!(choose(&t, Some(&Expr::Lit(Val::Int(0)))), Access::Nothing);
+    }
+
+    #[test]
+    fn equality_on_the_partition_key_scans_one_partition() {
+        let mut t = table(vec![0, 2]);
+        t.table.spec.partition_key = vec![2];
+        let on_c = Expr::Cmp(Cmp::Eq, col(2), lit(Val::Int(7)));
+        let want = shoal_proto::codec::partition_of_key(&t.table, &[Value::Null, Value::Int(7)]);
+        match choose(&t, Some(&on_c)) {
+            Access::Partition(p, f) => {
+                assert_eq!(p, want);
+                assert_eq!(f.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The same rows hash to it when the whole key is known.
+        assert_eq!(want, shoal_proto::codec::partition_of_key(&t.table, &[Value::Int(123), Value::Int(7)]));
+        let on_a = Expr::Cmp(Cmp::Eq, col(0), lit(Val::Int(1)));
+        assert!(matches!(choose(&t, Some(&on_a)), Access::Scan(_)));
     }
 
     #[test]
