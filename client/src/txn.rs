@@ -39,7 +39,7 @@ pub struct Transaction {
     /// Partitions where the transaction holds work or locks, and the node holding them: if the
     /// partition's primary changes, that work is gone and the transaction must abort (running
     /// on at the new primary would act on reads whose locks were lost).
-    parts: BTreeMap<(TableId, PartitionId), NodeId>,
+    parts: BTreeMap<(TableId, PartitionId), (NodeId, u64)>,
     finished: bool,
 }
 
@@ -157,7 +157,7 @@ impl Transaction {
                 };
                 let slot = (prepared.op.table_id, prepared.partition);
                 let primary = map.partitions.get(prepared.partition as usize).and_then(|p| p.primary);
-                if let Some(&held_at) = self.parts.get(&slot) {
+                if let Some(&(held_at, _)) = self.parts.get(&slot) {
                     if primary != Some(held_at) {
                         out[i] = Some(Err(aborted(format!(
                             "partition {} moved from node {held_at} during the transaction",
@@ -183,7 +183,13 @@ impl Transaction {
             }
             let tc = self.tc.unwrap_or(0);
             let sends = by_node.into_iter().map(|(node, items)| {
-                let items: Vec<_> = items.into_iter().map(|(i, op, l, slot)| (i, op, l, slot, node)).collect();
+                let items: Vec<_> = items
+                    .into_iter()
+                    .map(|(i, op, l, slot)| {
+                        let held_term = self.parts.get(&slot).map_or(0, |&(_, t)| t);
+                        (i, op, l, slot, node, held_term)
+                    })
+                    .collect();
                 let client = self.client.clone();
                 let (epoch, id) = (map.epoch, self.id);
                 async move {
@@ -191,8 +197,9 @@ impl Transaction {
                         epoch,
                         txn_id: id,
                         tc,
-                        ops: items.iter().map(|(_, op, _, _, _)| op.clone()).collect(),
-                        locks: items.iter().map(|(_, _, l, _, _)| *l).collect(),
+                        ops: items.iter().map(|(_, op, _, _, _, _)| op.clone()).collect(),
+                        locks: items.iter().map(|(_, _, l, _, _, _)| *l).collect(),
+                        held_terms: items.iter().map(|(_, _, _, _, _, t)| *t).collect(),
                     };
                     let resp = match client.node_client(node) {
                         Ok(mut c) => c.txn_execute(req).await.map(|r| r.into_inner()).map_err(|s| {
@@ -207,9 +214,9 @@ impl Transaction {
                 let resp = resp.and_then(|r| check(r.error.clone()).map(|()| r));
                 match resp {
                     Ok(r) => {
-                        for (k, ((i, _, _, slot, node), res)) in items.into_iter().zip(r.results).enumerate() {
+                        for (k, ((i, _, _, slot, node, _), res)) in items.into_iter().zip(r.results).enumerate() {
                             if r.holds.get(k).copied().unwrap_or(false) {
-                                self.parts.insert(slot, node);
+                                self.parts.insert(slot, (node, r.terms.get(k).copied().unwrap_or(0)));
                             }
                             match check(res.error) {
                                 Ok(()) => out[i] = Some(Ok(res.found.then(|| values_from_pb(res.row)))),
@@ -222,7 +229,7 @@ impl Transaction {
                         }
                     }
                     Err(e) => {
-                        for (i, _, _, slot, _) in items {
+                        for (i, _, _, slot, _, _) in items {
                             if e.is_retriable() && !self.parts.contains_key(&slot) {
                                 retry.push(i);
                             } else {

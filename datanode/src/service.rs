@@ -198,10 +198,20 @@ impl DataNode for Service {
         let req = req.into_inner();
         if req.ops.len() > MAX_BATCH_OPS {
             let e = ShoalError::new(ErrorCode::TooLarge, format!("a batch holds at most {MAX_BATCH_OPS} operations"));
-            return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+            return Ok(Response::new(pb::TxnExecuteResponse {
+                error: Some(e.into()),
+                results: vec![],
+                holds: vec![],
+                terms: vec![],
+            }));
         }
         if let Err(e) = self.node.ensure_epoch(req.epoch).await {
-            return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+            return Ok(Response::new(pb::TxnExecuteResponse {
+                error: Some(e.into()),
+                results: vec![],
+                holds: vec![],
+                terms: vec![],
+            }));
         }
         let mut ops = Vec::with_capacity(req.ops.len());
         let mut bad = vec![];
@@ -215,20 +225,27 @@ impl DataNode for Service {
                     None
                 }
             };
+            let held_term = req.held_terms.get(i).copied().unwrap_or(0);
             match op_from_pb(op) {
-                Ok(op) => ops.push(crate::txn::TxnOp { op, lock }),
+                Ok(op) => ops.push(crate::txn::TxnOp { op, lock, held_term }),
                 Err(e) => {
                     return Ok(Response::new(pb::TxnExecuteResponse {
                         error: Some(e.into()),
                         results: vec![],
                         holds: vec![],
+                        terms: vec![],
                     }));
                 }
             }
         }
         if !bad.is_empty() {
             let e = ShoalError::new(ErrorCode::InvalidArgument, format!("unknown lock mode at operations {bad:?}"));
-            return Ok(Response::new(pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![] }));
+            return Ok(Response::new(pb::TxnExecuteResponse {
+                error: Some(e.into()),
+                results: vec![],
+                holds: vec![],
+                terms: vec![],
+            }));
         }
         // In its own task: locks taken must be recorded even if the caller goes away.
         let node = self.node.clone();
@@ -236,11 +253,13 @@ impl DataNode for Service {
         let results = tokio::spawn(async move { crate::txn::execute(&node, txn, tc, ops).await })
             .await
             .map_err(|e| Status::internal(format!("transaction task failed: {e}")))?;
-        let holds = results.iter().map(|(_, h)| *h).collect();
+        let holds = results.iter().map(|(_, h)| h.is_some()).collect();
+        let terms = results.iter().map(|(_, h)| h.unwrap_or(0)).collect();
         Ok(Response::new(pb::TxnExecuteResponse {
             error: None,
             results: results.into_iter().map(|(r, _)| result_to_pb((r, 0))).collect(),
             holds,
+            terms,
         }))
     }
 

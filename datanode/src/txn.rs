@@ -150,19 +150,23 @@ impl Txns {
 pub struct TxnOp {
     pub op: Op,
     pub lock: Option<LockMode>,
+    /// The primary term under which the transaction already holds work in this partition
+    /// (0: none yet).
+    pub held_term: u64,
 }
 
 /// Runs operations of transaction `txn` here, as primary of their partitions.
-/// Returns each op's result and whether the transaction holds anything in its partition here.
+/// Returns each op's result and, when the transaction holds anything in its partition here,
+/// the primary term of that work.
 pub async fn execute(
     node: &Arc<Node>,
     txn: u64,
     tc: NodeId,
     ops: Vec<TxnOp>,
-) -> Vec<(Result<Option<Vec<Value>>, ShoalError>, bool)> {
+) -> Vec<(Result<Option<Vec<Value>>, ShoalError>, Option<u64>)> {
     if node.txns.swept.lock().contains_key(&txn) {
         let e = aborted(format!("transaction {txn:x} was idle too long and rolled back on node {}", node.id));
-        return ops.iter().map(|_| (Err(e.clone()), false)).collect();
+        return ops.iter().map(|_| (Err(e.clone()), None)).collect();
     }
     let state = {
         let mut active = node.txns.active.lock();
@@ -198,7 +202,7 @@ pub async fn execute(
                 timed_out = Some(e.clone());
             }
         }
-        out.push((r, st.parts.contains_key(&slot)));
+        out.push((r, st.parts.get(&slot).map(|p| p.term)));
     }
     st.last_active = Instant::now();
     // A transaction that touched nothing here leaves no state behind.
@@ -213,7 +217,7 @@ async fn execute_one(
     node: &Arc<Node>,
     txn: u64,
     st: &mut TxnState,
-    TxnOp { mut op, lock }: TxnOp,
+    TxnOp { mut op, lock, held_term }: TxnOp,
 ) -> Result<Option<Vec<Value>>, ShoalError> {
     let map = node.map();
     let table = ops::table_of(&map, op.table)?.clone();
@@ -232,6 +236,13 @@ async fn execute_one(
         if p.term != pa.primary_term {
             return Err(aborted("the partition's primary changed during the transaction"));
         }
+    }
+    // Work the client says it left here must still be here (a restart or a move loses it).
+    if held_term != 0 && st.parts.get(&slot).map(|p| p.term) != Some(held_term) {
+        return Err(aborted(format!(
+            "node {} no longer holds the transaction's work on partition {} (restarted or moved)",
+            node.id, op.partition
+        )));
     }
     let mode = match op.kind {
         OpKind::Read => lock,
