@@ -268,6 +268,25 @@ async fn joins_subqueries_unions_views() {
     );
     assert_eq!(code_of(c.query_drop("CREATE TABLE bad (a INT PRIMARY KEY) PARTITION BY HASH (a)").await), 1235);
 
+    // information_schema, queried like any table.
+    assert_eq!(
+        rows(
+            &mut c,
+            "SELECT t.table_name, COUNT(*) FROM information_schema.tables t JOIN information_schema.columns c \
+             ON c.table_schema = t.table_schema AND c.table_name = t.table_name \
+             WHERE t.table_schema = 'q' AND t.table_type = 'BASE TABLE' GROUP BY t.table_name ORDER BY 1"
+        )
+        .await,
+        ["dept,2", "emp,4", "orders,3", "pay_copy,2"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT column_type, column_key FROM information_schema.columns WHERE table_name = 'orders' AND column_name = 'cust'")
+            .await,
+        ["int,PRI"]
+    );
+    // A UNION of numbers and text is text: sorted and compared as text.
+    assert_eq!(rows(&mut c, "SELECT 10 UNION SELECT '9' UNION SELECT 10 ORDER BY 1").await, ["10", "9"]);
+
     // Unsupported SQL is a clear 1235, and the connection stays usable.
     assert_eq!(code_of(c.query_drop("WITH RECURSIVE x AS (SELECT 1) SELECT * FROM x").await), 1235);
     assert_eq!(rows(&mut c, "SELECT 1").await, ["1"]);

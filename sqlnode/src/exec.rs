@@ -205,6 +205,12 @@ impl Session {
 
     /// What `db.name` is: a table, a view, or nothing.
     pub async fn lookup_name(&self, db: &str, name: &str) -> SqlResult<Entry> {
+        if db.eq_ignore_ascii_case(crate::infoschema::INFORMATION_SCHEMA) {
+            return Ok(match self.information_schema(name).await? {
+                Some(v) => Entry::Virtual(Arc::new(v)),
+                None => Entry::Missing,
+            });
+        }
         match self.resolve(&[db.to_string(), name.to_string()]).await {
             Ok(t) => Ok(Entry::Table(t)),
             Err(e) if e.code == code::NO_SUCH_TABLE => match self.find_view(db, name).await? {

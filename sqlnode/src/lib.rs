@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod exec;
+pub mod infoschema;
 pub mod server;
 pub mod session;
 pub mod sql;

@@ -45,7 +45,7 @@ fn query(plan: &QueryPlan, prefix: &str, out: &mut Vec<Vec<String>>) {
                 })
             });
         }
-        Body::Set { op, all, left, right } => {
+        Body::Set { op, all, left, right, .. } => {
             let name = match op {
                 SetOp::Union => "UNION",
                 SetOp::Intersect => "INTERSECT",
@@ -67,6 +67,14 @@ fn from(f: &From, prefix: &str, note: &str, out: &mut Vec<Vec<String>>) {
             let a = plan::choose(t, s.pushed.as_ref());
             let name = t.alias.clone().unwrap_or_else(|| t.name.clone());
             out.push(vec![format!("{prefix}{name}"), a.describe(), pushed_text(t, &a), note.to_string()]);
+        }
+        From::Values(v) => {
+            out.push(vec![
+                format!("{prefix}{}", v.name),
+                "rows made in the SQL node (information_schema)".into(),
+                String::new(),
+                note.to_string(),
+            ]);
         }
         From::Derived(d) => {
             out.push(vec![

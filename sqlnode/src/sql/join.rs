@@ -25,6 +25,7 @@ fn held_rows<'a>(from: &'a From, outer: Option<&Outer<'_>>) -> SqlResult<Cow<'a,
             None => Err(crate::error::SqlError::internal(format!("table {} was not read", s.table.name))),
         },
         From::Derived(d) => Ok(Cow::Borrowed(derived_rows(d)?.as_slice())),
+        From::Values(v) => Ok(Cow::Borrowed(v.rows.as_slice())),
         other => {
             let mut rows = vec![];
             let mut over = false;

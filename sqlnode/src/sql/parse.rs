@@ -543,7 +543,12 @@ pub fn select_item_texts(sql: &str) -> Option<Vec<String>> {
                 i = end;
                 continue;
             }
-            b'(' => depth += 1,
+            b'(' => {
+                if seen_select {
+                    start.get_or_insert(i);
+                }
+                depth += 1;
+            }
             b')' => depth -= 1,
             b',' if depth == 0 && seen_select => {
                 items.push(sql[start?..i].trim().to_string());
@@ -718,6 +723,10 @@ mod tests {
             vec!["a", "count(*)", "3 in (1,2)", "'x,y'"]
         );
         assert_eq!(select_item_texts("select not 1, 1 is null").unwrap(), vec!["not 1", "1 is null"]);
+        assert_eq!(
+            select_item_texts("SELECT (SELECT (SELECT 1)), (1)+2").unwrap(),
+            vec!["(SELECT (SELECT 1))", "(1)+2"]
+        );
         assert_eq!(select_item_texts("insert into t values (1)"), None);
     }
 

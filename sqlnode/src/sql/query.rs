@@ -39,8 +39,18 @@ pub const MAX_QUERY_DEPTH: usize = 32;
 pub enum Entry {
     Table(TableRef),
     View(ViewDef),
+    /// A table the SQL node computes (`information_schema`), rows included.
+    Virtual(Arc<VirtualTable>),
     /// Looked up: neither a table nor a view.
     Missing,
+}
+
+/// Rows the SQL node made up for a statement (`information_schema` tables).
+#[derive(Clone, Debug)]
+pub struct VirtualTable {
+    pub name: String,
+    pub columns: Vec<ColumnMeta>,
+    pub rows: Arc<Vec<Vec<Val>>>,
 }
 
 /// A stored view: its `CREATE VIEW` text, parsed when used.
@@ -89,11 +99,14 @@ pub struct QueryPlan {
 #[derive(Debug)]
 pub enum Body {
     Select(Box<SelectPlan>),
+    /// `text_cols`: columns one side gives as numbers and the other as text; MySQL's result
+    /// column is then text, so numbers are compared and sorted as their text.
     Set {
         op: SetOp,
         all: bool,
         left: Box<QueryPlan>,
         right: Box<QueryPlan>,
+        text_cols: Vec<usize>,
     },
     /// ORDER BY / LIMIT over the output columns of a set operation or parenthesized query.
     Sorted {
@@ -143,6 +156,8 @@ pub enum From {
     Dual,
     Scan(Arc<Scan>),
     Derived(Arc<Derived>),
+    /// Rows made in the SQL node (`information_schema`).
+    Values(Arc<VirtualTable>),
     Join(Box<Join>),
 }
 
@@ -192,6 +207,7 @@ impl From {
             From::Dual => 0,
             From::Scan(s) => s.table.visible(),
             From::Derived(d) => d.plan.columns.len(),
+            From::Values(v) => v.columns.len(),
             From::Join(j) => j.left_width + j.right_width,
         }
     }
@@ -253,7 +269,7 @@ impl QueryPlan {
 
 fn from_scans(fr: &From, out: &mut Vec<Arc<Scan>>) {
     match fr {
-        From::Dual => {}
+        From::Dual | From::Values(_) => {}
         From::Scan(s) => out.push(s.clone()),
         From::Derived(d) => d.plan.scans(out),
         From::Join(j) => {
@@ -435,6 +451,7 @@ fn pushable_leaves<'a>(
             w
         }
         From::Derived(d) => d.plan.columns.len(),
+        From::Values(v) => v.columns.len(),
         From::Join(j) => {
             let Join { left, right, kind, .. } = &mut **j;
             let lw = pushable_leaves(left, start, nullable || *kind == JoinKind::Right, out);
@@ -688,13 +705,35 @@ impl<'a> Planner<'a> {
                     ast::SetOperator::Except | ast::SetOperator::Minus => SetOp::Except,
                 };
                 // The first query names the columns; a type holds where both sides agree.
+                let kind = |t: Option<WireType>| match t {
+                    Some(WireType::Int { .. } | WireType::Decimal { .. } | WireType::Float | WireType::Double) => {
+                        Some(0)
+                    }
+                    Some(WireType::Str { .. } | WireType::Blob { .. } | WireType::Date | WireType::Datetime { .. }) => {
+                        Some(1)
+                    }
+                    _ => None,
+                };
+                let mut text_cols = vec![];
                 let columns = l
                     .columns
                     .iter()
                     .zip(&r.columns)
-                    .map(|(a, b)| ColumnMeta::named(&a.name, if a.ty == b.ty { a.ty } else { None }))
+                    .enumerate()
+                    .map(|(i, (a, b))| {
+                        let mixed = matches!((kind(a.ty), kind(b.ty)), (Some(x), Some(y)) if x != y);
+                        if mixed {
+                            text_cols.push(i);
+                        }
+                        let ty = match (a.ty == b.ty, mixed) {
+                            (true, _) => a.ty,
+                            (false, true) => Some(WireType::Str { len: 255 }),
+                            (false, false) => None,
+                        };
+                        ColumnMeta::named(&a.name, ty)
+                    })
                     .collect();
-                Ok(QueryPlan { columns, body: Body::Set { op, all, left: Box::new(l), right: Box::new(r) } })
+                Ok(QueryPlan { columns, body: Body::Set { op, all, left: Box::new(l), right: Box::new(r), text_cols } })
             }
             ast::SetExpr::Values(_) => Err(SqlError::not_supported("VALUES as a query")),
             _ => Err(SqlError::not_supported("this query form")),
@@ -897,6 +936,14 @@ impl<'a> Planner<'a> {
                         let cols = derived_columns(&plan, &q, &v.db, &v.name, &[])?;
                         scope.push(&q, Some(v.db.clone()), &v.name, cols);
                         Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })))
+                    }
+                    Entry::Virtual(v) => {
+                        let q = alias_name.unwrap_or_else(|| v.name.clone());
+                        Self::check_alias(scope, &q)?;
+                        let cols = v.columns.iter().map(|c| ColumnMeta { table: q.clone(), ..c.clone() }).collect();
+                        let db = v.columns.first().map_or(String::new(), |c| c.db.clone());
+                        scope.push(&q, Some(db), &v.name, cols);
+                        Ok(From::Values(v))
                     }
                     Entry::Missing => {
                         Err(SqlError::no_such_table(parts.first().map_or("", |s| s), parts.last().map_or("", |s| s)))

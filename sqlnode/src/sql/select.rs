@@ -36,9 +36,16 @@ pub fn run(plan: &QueryPlan, outer: Option<&Outer<'_>>) -> SqlResult<Vec<Vec<Val
             each_row(&sp.from, outer, &mut |row| run.feed(row))?;
             run.finish()
         }
-        Body::Set { op, all, left, right } => {
-            let l = run(left, outer)?;
-            let r = run(right, outer)?;
+        Body::Set { op, all, left, right, text_cols } => {
+            let mut l = run(left, outer)?;
+            let mut r = run(right, outer)?;
+            for row in l.iter_mut().chain(r.iter_mut()) {
+                for &i in text_cols {
+                    if let Some(v) = row.get_mut(i).filter(|v| v.is_numeric()) {
+                        *v = Val::Str(v.to_string_lossy().unwrap_or_default());
+                    }
+                }
+            }
             set_op(*op, *all, l, r)
         }
         Body::Sorted { input, order, limit, offset } => {
@@ -104,6 +111,14 @@ pub fn each_row(
             let rows =
                 s.rows.get().ok_or_else(|| SqlError::internal(format!("table {} was not read", s.table.name)))?;
             for r in rows {
+                if !f(r.clone())? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        From::Values(v) => {
+            for r in v.rows.iter() {
                 if !f(r.clone())? {
                     return Ok(false);
                 }
