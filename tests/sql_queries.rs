@@ -142,6 +142,27 @@ async fn joins_subqueries_unions_views() {
     assert_eq!(code_of(c.query_drop("SELECT (SELECT id FROM emp)").await), 1242);
     assert_eq!(code_of(c.query_drop("SELECT 1 IN (SELECT id, name FROM emp)").await), 1241);
 
+    // Window functions.
+    assert_eq!(
+        rows(
+            &mut c,
+            "SELECT name, pay, RANK() OVER (ORDER BY pay DESC), SUM(pay) OVER (PARTITION BY dept) FROM emp ORDER BY id"
+        )
+        .await,
+        ["ann,100,1,180", "bob,80,3,180", "cy,90,2,90", "dee,70,4,70"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT dept, COUNT(*), ROW_NUMBER() OVER (ORDER BY COUNT(*) DESC, dept) AS r FROM emp GROUP BY dept ORDER BY r")
+            .await,
+        ["1,2,1", "NULL,1,2", "2,1,3"]
+    );
+    assert_eq!(
+        rows(&mut c, "SELECT name, LAG(name) OVER (ORDER BY id) FROM emp ORDER BY id").await,
+        ["ann,NULL", "bob,ann", "cy,bob", "dee,cy"]
+    );
+    assert_eq!(code_of(c.query_drop("SELECT RANK() OVER w FROM emp WINDOW w AS (ORDER BY id)").await), 1235);
+    assert_eq!(code_of(c.query_drop("SELECT name FROM emp WHERE ROW_NUMBER() OVER () > 1").await), 3593);
+
     // Common table expressions and DUAL.
     assert_eq!(
         rows(

@@ -64,6 +64,7 @@ pub mod code {
     pub const WRONG_OBJECT: u16 = 1347;
     pub const VIEW_WRONG_LIST: u16 = 1353;
     pub const UNIQUE_KEY_NEED_ALL_FIELDS_IN_PF: u16 = 1503;
+    pub const WINDOW_INVALID_USE: u16 = 3593;
     pub const NO_DEFAULT_FOR_FIELD: u16 = 1364;
     pub const TRUNCATED_WRONG_VALUE_FOR_FIELD: u16 = 1366;
     pub const DATA_TOO_LONG: u16 = 1406;

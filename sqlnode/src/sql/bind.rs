@@ -17,6 +17,7 @@ use crate::session::ColumnMeta;
 use crate::sql::expr::{AggKind, AggSpec, CastTo, Cmp, Expr, Func, Sub, SubKind};
 use crate::sql::func::{IntervalUnit, LibFn};
 use crate::sql::query::Planner;
+use crate::sql::window::{Bound, Frame, WinFunc, WinSpec};
 use crate::types::{SqlType, WireType};
 use crate::val::{ArithOp, Dec, Val};
 
@@ -220,6 +221,9 @@ pub struct Binder<'a> {
     /// `INSERT … ON DUPLICATE KEY UPDATE`: `VALUES(col)` means column `col` of the row the
     /// INSERT proposed, found this far after the table's own columns.
     pub values_offset: Option<usize>,
+    /// Window functions are allowed here (the SELECT list), and those bound so far.
+    pub allow_windows: bool,
+    pub windows: Vec<WinSpec>,
 }
 
 fn ident_name(parts: &[ast::Ident]) -> String {
@@ -295,6 +299,8 @@ impl<'a> Binder<'a> {
             place,
             aliases: vec![],
             values_offset: None,
+            allow_windows: false,
+            windows: vec![],
         }
     }
 
@@ -316,6 +322,8 @@ impl<'a> Binder<'a> {
             place,
             aliases: vec![],
             values_offset: None,
+            allow_windows: false,
+            windows: vec![],
         }
     }
 
@@ -581,8 +589,8 @@ impl<'a> Binder<'a> {
     fn function(&mut self, f: &ast::Function) -> SqlResult<Expr> {
         let name = f.name.0.last().map(|p| p.to_string()).unwrap_or_default().to_ascii_lowercase();
         let name = name.trim_matches('`').to_string();
-        if f.over.is_some() {
-            return Err(SqlError::not_supported("window functions"));
+        if let Some(over) = &f.over {
+            return self.window(&name, f, over);
         }
         let (arg_list, distinct, clauses) = match &f.args {
             FunctionArguments::None => (vec![], false, &[][..]),
@@ -755,6 +763,128 @@ impl<'a> Binder<'a> {
             }
         }
         Ok((Some(arg), order, separator))
+    }
+
+    /// A window function call `name(...) OVER (...)`.
+    fn window(&mut self, name: &str, f: &ast::Function, over: &ast::WindowType) -> SqlResult<Expr> {
+        if !self.allow_windows {
+            return Err(SqlError::new(
+                code::WINDOW_INVALID_USE,
+                format!("You cannot use the window function '{name}' in this context"),
+            ));
+        }
+        let ast::WindowType::WindowSpec(spec) = over else {
+            return Err(SqlError::not_supported("named windows"));
+        };
+        if spec.window_name.is_some() {
+            return Err(SqlError::not_supported("named windows"));
+        }
+        let args: Vec<&FunctionArg> = match &f.args {
+            FunctionArguments::None => vec![],
+            FunctionArguments::List(l) => {
+                if l.duplicate_treatment.is_some() || !l.clauses.is_empty() {
+                    return Err(SqlError::not_supported(format!("{name}(DISTINCT / clauses ...) OVER")));
+                }
+                l.args.iter().collect()
+            }
+            FunctionArguments::Subquery(_) => return Err(SqlError::parse(format!("bad argument to {name}"))),
+        };
+        let n = args.len();
+        let func = match name {
+            "row_number" => (WinFunc::RowNumber, n == 0),
+            "rank" => (WinFunc::Rank, n == 0),
+            "dense_rank" => (WinFunc::DenseRank, n == 0),
+            "percent_rank" => (WinFunc::PercentRank, n == 0),
+            "cume_dist" => (WinFunc::CumeDist, n == 0),
+            "ntile" => (WinFunc::Ntile, n == 1),
+            "lag" => (WinFunc::Lag, (1..=3).contains(&n)),
+            "lead" => (WinFunc::Lead, (1..=3).contains(&n)),
+            "first_value" => (WinFunc::FirstValue, n == 1),
+            "last_value" => (WinFunc::LastValue, n == 1),
+            "count" if matches!(args.first(), Some(FunctionArg::Unnamed(FunctionArgExpr::Wildcard))) => {
+                (WinFunc::Agg(AggKind::CountStar), n == 1)
+            }
+            "count" => (WinFunc::Agg(AggKind::Count), n == 1),
+            "sum" => (WinFunc::Agg(AggKind::Sum), n == 1),
+            "avg" => (WinFunc::Agg(AggKind::Avg), n == 1),
+            "min" => (WinFunc::Agg(AggKind::Min), n == 1),
+            "max" => (WinFunc::Agg(AggKind::Max), n == 1),
+            _ => return Err(SqlError::not_supported(format!("window function {name}"))),
+        };
+        func_arity(name, n, func.1)?;
+        let func = func.0;
+        // Window functions do not nest; their arguments may use the query's aggregates.
+        self.allow_windows = false;
+        let r = self.window_parts(func, &args, spec);
+        self.allow_windows = true;
+        let (args, partition, order, frame) = r?;
+        self.windows.push(WinSpec { func, args, partition, order, frame });
+        Ok(Expr::Window(self.windows.len() - 1))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn window_parts(
+        &mut self,
+        func: WinFunc,
+        args: &[&FunctionArg],
+        spec: &ast::WindowSpec,
+    ) -> SqlResult<(Vec<Expr>, Vec<Expr>, Vec<(Expr, bool)>, Frame)> {
+        let mut bound = vec![];
+        for a in args {
+            match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => {}
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => bound.push(self.bind(e)?),
+                _ => return Err(SqlError::parse("bad window function argument")),
+            }
+        }
+        let partition = spec.partition_by.iter().map(|e| self.bind(e)).collect::<SqlResult<Vec<_>>>()?;
+        let mut order = vec![];
+        for it in &spec.order_by {
+            order.push((self.bind(&it.expr)?, !matches!(it.options.sort, Some(ast::OrderBySort::Desc))));
+        }
+        let ranking = !matches!(func, WinFunc::FirstValue | WinFunc::LastValue | WinFunc::Agg(_));
+        let frame = match &spec.window_frame {
+            None => WinSpec::default_frame(!order.is_empty()),
+            // Ranking and offset functions ignore frames, as in MySQL.
+            Some(_) if ranking => WinSpec::default_frame(!order.is_empty()),
+            Some(fr) => {
+                let end = fr.end_bound.clone().unwrap_or(ast::WindowFrameBound::CurrentRow);
+                let (s, e) = (self.frame_bound(&fr.start_bound)?, self.frame_bound(&end)?);
+                match fr.units {
+                    ast::WindowFrameUnits::Rows => Frame::Rows(s, e),
+                    ast::WindowFrameUnits::Range
+                        if matches!(s, Bound::UnboundedPreceding | Bound::CurrentRow)
+                            && matches!(e, Bound::CurrentRow | Bound::UnboundedFollowing) =>
+                    {
+                        Frame::Range(s, e)
+                    }
+                    _ => {
+                        return Err(SqlError::not_supported(format!(
+                            "window frame {} {} AND {}",
+                            fr.units, fr.start_bound, end
+                        )))
+                    }
+                }
+            }
+        };
+        Ok((bound, partition, order, frame))
+    }
+
+    fn frame_bound(&mut self, b: &ast::WindowFrameBound) -> SqlResult<Bound> {
+        let count = |binder: &mut Self, e: &ast::Expr| -> SqlResult<u64> {
+            match binder.bind(e)?.eval(&[], &[])? {
+                Val::Int(i) if i >= 0 => Ok(i as u64),
+                Val::UInt(u) => Ok(u),
+                _ => Err(SqlError::parse("window frame bounds are non-negative integers")),
+            }
+        };
+        Ok(match b {
+            ast::WindowFrameBound::CurrentRow => Bound::CurrentRow,
+            ast::WindowFrameBound::Preceding(None) => Bound::UnboundedPreceding,
+            ast::WindowFrameBound::Following(None) => Bound::UnboundedFollowing,
+            ast::WindowFrameBound::Preceding(Some(e)) => Bound::Preceding(count(self, e)?),
+            ast::WindowFrameBound::Following(Some(e)) => Bound::Following(count(self, e)?),
+        })
     }
 
     /// `INTERVAL <expr> <unit>`: the unit and the bound amount.

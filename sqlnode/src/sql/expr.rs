@@ -180,6 +180,9 @@ pub enum Expr {
     Func(Func, Vec<Expr>),
     Cast(Box<Expr>, CastTo),
     Subquery(Sub),
+    /// A window function of the SELECT list, by position in the plan's windows. The planner
+    /// turns it into an [`Expr::Agg`] past the aggregates, where its value is at run time.
+    Window(usize),
 }
 
 fn range_err(msg: String) -> SqlError {
@@ -217,7 +220,7 @@ impl Expr {
     pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
         f(self);
         match self {
-            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) | Expr::Outer(..) => {}
+            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) | Expr::Outer(..) | Expr::Window(_) => {}
             // The subquery's own expressions belong to its scope; only its operand is ours.
             Expr::Subquery(sub) => match &sub.kind {
                 SubKind::In(x) | SubKind::Quantified(x, ..) => x.walk(f),
@@ -261,7 +264,7 @@ impl Expr {
     pub fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
         f(self);
         match self {
-            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) | Expr::Outer(..) => {}
+            Expr::Lit(_) | Expr::Col(_) | Expr::Agg(_) | Expr::Outer(..) | Expr::Window(_) => {}
             Expr::Subquery(sub) => match &mut sub.kind {
                 SubKind::In(x) | SubKind::Quantified(x, ..) => x.walk_mut(f),
                 SubKind::Scalar | SubKind::Exists => {}
@@ -317,6 +320,7 @@ impl Expr {
                 outer.and_then(|o| o.at(*levels)).and_then(|r| r.get(*i)).cloned().unwrap_or(Val::Null)
             }
             Expr::Subquery(sub) => crate::sql::subquery::eval(sub, row, aggs, outer)?,
+            Expr::Window(_) => return Err(SqlError::internal("a window function outside a SELECT list")),
             Expr::Agg(i) => aggs.get(*i).cloned().unwrap_or(Val::Null),
             Expr::Neg(a) => match a.eval_in(row, aggs, outer)? {
                 Val::Null => Val::Null,
@@ -461,7 +465,7 @@ impl Expr {
         let ty = |e: &Expr| e.wire_type(cols, aggs);
         match self {
             Expr::Col(i) => cols.get(*i).copied().flatten(),
-            Expr::Outer(..) => None,
+            Expr::Outer(..) | Expr::Window(_) => None,
             Expr::Subquery(Sub { kind: SubKind::Scalar, plan }) => plan.plan.columns.first().and_then(|c| c.ty),
             Expr::Subquery(_) => Some(bigint),
             Expr::Lit(v) => Some(WireType::of_val(v)),

@@ -11,6 +11,7 @@ pub mod plan;
 pub mod query;
 pub mod select;
 pub mod subquery;
+pub mod window;
 
 #[cfg(test)]
 mod robustness {
@@ -40,6 +41,9 @@ mod robustness {
         "SELECT a FROM t1 UNION SELECT x FROM t2 INTERSECT SELECT y FROM t2 EXCEPT SELECT 1 ORDER BY 1 DESC LIMIT 2",
         "SELECT d.k, COUNT(DISTINCT d.k) FROM (SELECT a AS k FROM t1, t2 WHERE a = x) AS d GROUP BY d.k",
         "SELECT MIN(DISTINCT c), SUM(a) / COUNT(*) FROM t1 CROSS JOIN t2 WHERE NOT (a BETWEEN x AND y)",
+        "SELECT a, RANK() OVER (PARTITION BY b ORDER BY c DESC), SUM(a) OVER (ORDER BY a ROWS BETWEEN 1 PRECEDING \
+         AND 2 FOLLOWING), NTILE(3) OVER (ORDER BY a), LEAD(b, 2, 'z') OVER (ORDER BY a) FROM t1",
+        "SELECT b, COUNT(*), PERCENT_RANK() OVER (ORDER BY COUNT(*)), LAST_VALUE(b) OVER () FROM t1 GROUP BY b",
     ];
 
     /// Mutated queries over two tables never panic the planner or the executor.
@@ -132,7 +136,7 @@ mod robustness {
                 ran += 1;
             }
         }
-        assert!(ran > 300, "only {ran} mutated queries planned and ran");
+        assert!(ran > 350, "only {ran} mutated queries planned and ran");
     }
 
     /// Mutated statements never panic the parser, the binder or the evaluator.

@@ -148,6 +148,8 @@ pub struct SelectPlan {
     pub distinct: bool,
     pub limit: Option<u64>,
     pub offset: u64,
+    /// Window functions of the select list, computed over the rows after HAVING.
+    pub windows: Vec<crate::sql::window::WinSpec>,
 }
 
 #[derive(Debug)]
@@ -1038,6 +1040,7 @@ impl<'a> Planner<'a> {
         // Projection.
         let mut b = Binder::scoped(env, &scope, outer, Some(self), "field list");
         b.allow_aggs = true;
+        b.allow_windows = true;
         let mut outputs: Vec<Expr> = vec![];
         let mut metas: Vec<ColumnMeta> = vec![];
         let mut aliases: Vec<(String, Expr)> = vec![];
@@ -1112,6 +1115,7 @@ impl<'a> Planner<'a> {
             }
         }
         let mut aggs = std::mem::take(&mut b.aggs);
+        let windows = std::mem::take(&mut b.windows);
 
         // WHERE (no aggregates).
         let filter = match &s.selection {
@@ -1182,10 +1186,36 @@ impl<'a> Planner<'a> {
 
         for (m, e) in metas.iter_mut().zip(&outputs) {
             if m.ty.is_none() {
-                m.ty = e.wire_type(&col_wire, &aggs);
+                m.ty = match e {
+                    Expr::Window(j) => crate::sql::window::result_type(&windows[*j], &col_wire, &aggs),
+                    _ => e.wire_type(&col_wire, &aggs),
+                };
             }
         }
+        // Window values are read like aggregates, placed after the aggregates.
+        let mut windows_elsewhere = false;
+        for e in group_exprs.iter().chain(&having).chain(order.iter().filter_map(|(k, _)| match k {
+            SortKey::Expr(e) => Some(e),
+            SortKey::Out(_) => None,
+        })) {
+            e.walk(&mut |x| windows_elsewhere |= matches!(x, Expr::Window(_)));
+        }
+        if windows_elsewhere {
+            return Err(SqlError::new(
+                code::WINDOW_INVALID_USE,
+                "You cannot use a window function in GROUP BY, HAVING or ORDER BY expressions (name it in the select list)",
+            ));
+        }
+        let n_aggs = aggs.len();
+        for e in &mut outputs {
+            e.walk_mut(&mut |x| {
+                if let Expr::Window(j) = x {
+                    *x = Expr::Agg(n_aggs + *j);
+                }
+            });
+        }
         let plan = SelectPlan {
+            windows,
             width: scope.width(),
             from,
             filter,

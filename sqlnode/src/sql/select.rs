@@ -166,6 +166,8 @@ pub struct SelectRun<'p> {
     distinct_values: usize,
     /// Values held by GROUP_CONCAT, over all groups.
     concat_values: usize,
+    /// Rows past HAVING waiting for their window function values.
+    pending: crate::sql::window::Pending,
 }
 
 impl<'p> SelectRun<'p> {
@@ -178,6 +180,7 @@ impl<'p> SelectRun<'p> {
             group_rows: vec![],
             distinct_values: 0,
             concat_values: 0,
+            pending: vec![],
         }
     }
 
@@ -268,6 +271,20 @@ impl<'p> SelectRun<'p> {
                 return Ok(true);
             }
         }
+        if !p.windows.is_empty() {
+            // Window functions need every row first.
+            if self.pending.len() >= MAX_BUFFERED_ROWS {
+                return Err(too_many("rows", MAX_BUFFERED_ROWS));
+            }
+            self.pending.push((row.to_vec(), aggs.to_vec()));
+            return Ok(true);
+        }
+        self.emit_out(row, aggs)
+    }
+
+    /// The output row (and sort keys) of a row past HAVING, buffered.
+    fn emit_out(&mut self, row: &[Val], aggs: &[Val]) -> SqlResult<bool> {
+        let p = self.plan;
         let out = p.outputs.iter().map(|e| e.eval_in(row, aggs, self.outer)).collect::<SqlResult<Vec<_>>>()?;
         let keys = p
             .order
@@ -323,6 +340,15 @@ impl<'p> SelectRun<'p> {
             for g in groups {
                 let vals: Vec<Val> = p.aggs.iter().zip(&g.accs).map(|(s, a)| a.finish_spec(s)).collect();
                 self.emit(&g.rep, &vals)?;
+            }
+        }
+        if !p.windows.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            let values = crate::sql::window::compute(&p.windows, &pending, self.outer)?;
+            for ((row, mut aggs), w) in pending.into_iter().zip(values) {
+                aggs.resize(p.aggs.len(), Val::Null);
+                aggs.extend(w);
+                self.emit_out(&row, &aggs)?;
             }
         }
         if p.distinct {
