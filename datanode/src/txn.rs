@@ -320,6 +320,10 @@ pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)
     }
     let map = node.map();
     let tc = st.tc;
+    let parts: Vec<Arc<Partition>> = st.parts.values().map(|pt| pt.part.clone()).collect();
+    // Counted as writes in flight: a copy to a joining replica waits for them, and then sees
+    // the transaction prepared and sends it the images (`push_prepared`).
+    let _inflight: Vec<_> = parts.iter().map(|p| p.enter_write(map.epoch)).collect();
     for (&(table, partition), pt) in &st.parts {
         if pt.writes.is_empty() {
             continue;
@@ -376,6 +380,7 @@ pub async fn commit(
     let mut st = state.lock().await;
     let map = node.map();
     let tc = st.tc;
+    let mut moved = vec![];
     for (&(table, partition), pt) in st.parts.iter_mut() {
         if pt.writes.is_empty() {
             continue;
@@ -385,8 +390,10 @@ pub async fn commit(
             if one_phase {
                 return Err(aborted("the partition's primary changed during the transaction"));
             }
-            // Deposed after PREPARE: the new primary finishes it from the kept images.
-            return Err(ShoalError::not_primary(pa.primary, "the partition moved; commit at its new primary"));
+            // Deposed after PREPARE: the new primary finishes this part from the kept images.
+            // Commit the parts still ours, let go of this one (its locks here guard nothing).
+            moved.push((table, partition, pa.primary));
+            continue;
         }
         let part = pt.part.clone();
         let inflight = part.enter_write(map.epoch);
@@ -416,6 +423,12 @@ pub async fn commit(
     release(node, txn, &mut st);
     drop(st);
     node.txns.active.lock().remove(&txn);
+    if let Some(&(_, partition, primary)) = moved.first() {
+        return Err(ShoalError::not_primary(
+            primary,
+            format!("partition {partition} moved; commit it at its new primary"),
+        ));
+    }
     Ok(())
 }
 
