@@ -9,9 +9,10 @@
 use std::sync::Arc;
 
 use shoal_proto::codec::{self, check_row, coerce, decode_row, encode_key, encode_row};
-use shoal_proto::{ClusterState, ErrorCode, PartitionId, ShoalError, Table, TableId, Value};
+use shoal_proto::{ClusterState, ErrorCode, PartitionAssignment, PartitionId, ShoalError, Table, TableId, Value};
 
 use crate::node::Node;
+use crate::partition::Partition;
 use crate::replication;
 use crate::storage::{Image, RowSlot};
 
@@ -139,20 +140,32 @@ pub fn new_image(table: &Table, op: Op, current: Option<Vec<u8>>) -> Result<Opti
     }
 }
 
+/// The partition's assignment and this node's replica of it, if this node may serve it as
+/// primary now (the checks every write and transaction operation makes first).
+pub fn active_primary<'m>(
+    node: &Node,
+    map: &'m ClusterState,
+    table: TableId,
+    partition: PartitionId,
+) -> Result<(&'m PartitionAssignment, Arc<Partition>), ShoalError> {
+    let pa = map
+        .partition(partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {partition}")))?;
+    node.check_primary(map, pa)?;
+    let part = node
+        .partition(table, partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    node.check_active(&part, pa)?;
+    Ok((pa, part))
+}
+
 /// Executes one write as primary and returns the GCI it was committed in. Must run to
 /// completion once replication started (the caller spawns it), so a vanished client cannot
 /// leave replicas disagreeing.
 pub async fn write(node: Arc<Node>, mut op: Op) -> Result<u64, ShoalError> {
     let map = node.map();
     let table = table_of(&map, op.table)?;
-    let pa = map
-        .partition(op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
-    node.check_primary(&map, pa)?;
-    let part = node
-        .partition(op.table, op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    node.check_active(&part, pa)?;
+    let (pa, part) = active_primary(&node, &map, op.table, op.partition)?;
 
     let (key, key_values) = check_write(table, &mut op)?;
     check_routing(table, &key_values, op.partition)?;

@@ -221,14 +221,7 @@ async fn execute_one(
 ) -> Result<Option<Vec<Value>>, ShoalError> {
     let map = node.map();
     let table = ops::table_of(&map, op.table)?.clone();
-    let pa = map
-        .partition(op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
-    node.check_primary(&map, pa)?;
-    let part = node
-        .partition(op.table, op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    node.check_active(&part, pa)?;
+    let (pa, part) = ops::active_primary(node, &map, op.table, op.partition)?;
     let (key, key_values) = ops::check_write(&table, &mut op)?;
     ops::check_routing(&table, &key_values, op.partition)?;
     let slot = (op.table, op.partition);
