@@ -102,18 +102,9 @@ impl LocalCluster {
         let config = ClusterConfig {
             cluster: ClusterSection {
                 name: "shoal".into(),
-                replicas: layout.replicas,
-                partitions_per_node_group: 8,
-                heartbeat_interval_ms: 100,
-                lease_ms: 600,
-                failure_timeout_ms: 1000,
                 gcp_interval_ms: layout.gcp_interval_ms,
                 lcp_redo_mb: layout.lcp_redo_mb,
-                lcp_interval_s: 300,
-                lock_wait_timeout_ms: 1000,
-                transaction_inactive_timeout_ms: 5000,
-                max_txn_operations: 10_000,
-                max_locks_per_node: 200_000,
+                ..ClusterSection::new(layout.replicas, 8)
             },
             mgmd,
             datanode,

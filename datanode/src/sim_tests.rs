@@ -80,21 +80,7 @@ impl Sim {
     /// One node group of `replicas` data nodes (ids 11..), all up, with table `t`.
     async fn new(replicas: u32) -> Sim {
         let config = ClusterConfig {
-            cluster: ClusterSection {
-                name: "sim".into(),
-                replicas,
-                partitions_per_node_group: 4,
-                heartbeat_interval_ms: 100,
-                lease_ms: 600,
-                failure_timeout_ms: 1000,
-                gcp_interval_ms: 200,
-                lcp_redo_mb: 64,
-                lcp_interval_s: 300,
-                lock_wait_timeout_ms: 1000,
-                transaction_inactive_timeout_ms: 5000,
-                max_txn_operations: 10_000,
-                max_locks_per_node: 200_000,
-            },
+            cluster: ClusterSection { name: "sim".into(), ..ClusterSection::new(replicas, 4) },
             mgmd: vec![MgmdConfig { id: 1, addr: "sim:1".into(), data_dir: "m".into() }],
             datanode: (0..replicas)
                 .map(|i| DataNodeConfig {

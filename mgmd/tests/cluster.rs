@@ -43,21 +43,7 @@ impl Drop for TestDir {
 
 fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
     ClusterConfig {
-        cluster: ClusterSection {
-            name: "it".into(),
-            replicas: 2,
-            partitions_per_node_group: 4,
-            heartbeat_interval_ms: 100,
-            lease_ms: 600,
-            failure_timeout_ms: 1000,
-            gcp_interval_ms: 200,
-            lcp_redo_mb: 64,
-            lcp_interval_s: 300,
-            lock_wait_timeout_ms: 1000,
-            transaction_inactive_timeout_ms: 5000,
-            max_txn_operations: 10_000,
-            max_locks_per_node: 200_000,
-        },
+        cluster: ClusterSection { name: "it".into(), ..ClusterSection::new(2, 4) },
         mgmd: mgmds
             .iter()
             .map(|&(id, addr)| MgmdConfig { id, addr: addr.to_string(), data_dir: format!("mgmd-{id}") })

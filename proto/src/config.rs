@@ -66,6 +66,28 @@ pub struct ClusterSection {
     pub max_locks_per_node: u64,
 }
 
+impl ClusterSection {
+    /// A section with `replicas` and `partitions_per_node_group` and every other setting at
+    /// its default (the values a config file that leaves them out gets).
+    pub fn new(replicas: u32, partitions_per_node_group: u32) -> ClusterSection {
+        ClusterSection {
+            name: default_name(),
+            replicas,
+            partitions_per_node_group,
+            heartbeat_interval_ms: default_heartbeat_interval_ms(),
+            lease_ms: default_lease_ms(),
+            failure_timeout_ms: default_failure_timeout_ms(),
+            gcp_interval_ms: default_gcp_interval_ms(),
+            lcp_redo_mb: default_lcp_redo_mb(),
+            lcp_interval_s: default_lcp_interval_s(),
+            lock_wait_timeout_ms: default_lock_wait_timeout_ms(),
+            transaction_inactive_timeout_ms: default_transaction_inactive_timeout_ms(),
+            max_txn_operations: default_max_txn_operations(),
+            max_locks_per_node: default_max_locks_per_node(),
+        }
+    }
+}
+
 fn default_name() -> String {
     "shoal".into()
 }

@@ -278,21 +278,7 @@ mod tests {
 
     fn config() -> ClusterConfig {
         ClusterConfig {
-            cluster: ClusterSection {
-                name: "t".into(),
-                replicas: 1,
-                partitions_per_node_group: 2,
-                heartbeat_interval_ms: 100,
-                lease_ms: 600,
-                failure_timeout_ms: 1000,
-                gcp_interval_ms: 200,
-                lcp_redo_mb: 64,
-                lcp_interval_s: 300,
-                lock_wait_timeout_ms: 1000,
-                transaction_inactive_timeout_ms: 5000,
-                max_txn_operations: 10_000,
-                max_locks_per_node: 200_000,
-            },
+            cluster: ClusterSection { name: "t".into(), ..ClusterSection::new(1, 2) },
             mgmd: vec![MgmdConfig { id: 1, addr: "127.0.0.1:1".into(), data_dir: "m".into() }],
             datanode: vec![DataNodeConfig {
                 id: 11,
