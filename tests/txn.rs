@@ -179,11 +179,6 @@ async fn bank(kill_tc_too: bool) {
     assert!(audits > 0, "at least one audit ran during the faults");
 }
 
-// Known bug (issue 4, open): in about one run of three an audit during the kill -9 loop sees a
-// total off by a few units (a transfer visible in part while a participant fails over); the
-// final total has also been off once. Run it with `cargo test --test txn -- --ignored` while
-// fixing it; it is out of the gate until then so the gate stays a signal.
-#[ignore = "known failure under kill -9 (issue 4): audits occasionally see a partial transfer"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bank_transfers_keep_the_total_while_data_nodes_are_killed() {
     bank(true).await;

@@ -26,6 +26,8 @@ const SLOTS: usize = 8;
 pub const MAX_HOLD: Duration = Duration::from_secs(3);
 /// Longest COMMIT waits for older commits to finish.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a commit waits for the node's first usable GCI before it fails (retriably).
+const NOT_JOINED_PATIENCE: Duration = Duration::from_secs(1);
 
 pub struct GciClock {
     /// GCI stamped on new commits; 0 until the node learns one (it then refuses writes).
@@ -74,6 +76,9 @@ impl GciClock {
 
     /// Stamps a commit with the current GCI, waiting while a checkpoint switch holds commits.
     pub async fn stamp(&self) -> Result<Stamp<'_>, ShoalError> {
+        // A node that just started (or restarted behind a rolled-back range) gets a usable GCI
+        // within a checkpoint interval or two: wait that long rather than fail the commit.
+        let patience = tokio::time::Instant::now() + NOT_JOINED_PATIENCE;
         loop {
             if self.held.load(SeqCst) {
                 let notified = self.released.notified();
@@ -87,6 +92,10 @@ impl GciClock {
                 }
             }
             let g = self.current.load(SeqCst);
+            if (g == 0 || g < self.floor.load(SeqCst)) && tokio::time::Instant::now() < patience {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
             if g == 0 {
                 return Err(ShoalError::new(ErrorCode::NodeNotReady, "node has not joined a global checkpoint yet"));
             }

@@ -64,6 +64,8 @@ impl Default for TxnLimits {
 /// How long the TC keeps trying to carry out a decision before giving up the call (the
 /// participants still finish it: they ask the TC's peers).
 const DECISION_RETRY_FOR: Duration = Duration::from_secs(10);
+/// How long the TC goes on in the background after that before it gives up confirming.
+const DECISION_KEEP_TRYING: Duration = Duration::from_secs(120);
 /// Aborted-outcome notes kept this long (a dying TC's late record must be refused).
 const ABORTED_NOTE_TTL: Duration = Duration::from_secs(120);
 
@@ -71,6 +73,11 @@ struct Pending {
     data: Option<Vec<u8>>,
     /// Memory reserved for the new image.
     reserved: u64,
+    /// For an image taken over from a deposed primary: the sequence number the row had when
+    /// the transaction prepared (0: absent). A row that moved on since then already carries
+    /// this transaction's commit (the kept copy outlived it), so the image must not be applied
+    /// again over newer data.
+    base: Option<u64>,
 }
 
 struct PartTxn {
@@ -282,7 +289,7 @@ async fn execute_one(
             format!("table {} is full: node {} reached its data memory limit", table.name(), node.id),
         ));
     }
-    if let Some(old) = pt.writes.insert(key, Pending { data, reserved }) {
+    if let Some(old) = pt.writes.insert(key, Pending { data, reserved, base: None }) {
         node.budget.release(old.reserved);
     }
     Ok(None)
@@ -317,15 +324,25 @@ pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)
     // Counted as writes in flight: a copy to a joining replica waits for them, and then sees
     // the transaction prepared and sends it the images (`push_prepared`).
     let _inflight: Vec<_> = parts.iter().map(|p| p.enter_write(map.epoch)).collect();
+    // Every part, read-only ones too, must still be held here under the term its operations
+    // ran in: the locks of a deposed (or re-promoted) primary guard nothing any more, and a
+    // locked read whose lock was lost before this point may be stale. Checked before any
+    // image is replicated, so that all locks were held at one moment: the moment the
+    // transaction's reads are valid for.
+    for (&(_, partition), pt) in &st.parts {
+        let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
+        if pa.primary != Some(node.id) || pa.primary_term != pt.term {
+            return Err(aborted(format!(
+                "the primary of partition {partition} changed during the transaction (its locks are gone)"
+            )));
+        }
+    }
     for (&(table, partition), pt) in &st.parts {
         if pt.writes.is_empty() {
             continue;
         }
         let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
-        if pa.primary != Some(node.id) || pa.primary_term != pt.term {
-            return Err(aborted("the partition's primary changed during the transaction"));
-        }
-        let images = pt.writes.iter().map(|(k, p)| Image { key: k.clone(), data: p.data.clone(), seq: 0 }).collect();
+        let images = prepared_images(pt);
         let tag = TxnTag { id: txn, tc, step: TxnStep::Prepare };
         replication::replicate_txn(node, &map, table, pa, 0, images, Some(tag)).await?;
     }
@@ -390,11 +407,26 @@ pub async fn commit(
         }
         let part = pt.part.clone();
         let inflight = part.enter_write(map.epoch);
-        let images: Vec<(Image, u64)> = pt
-            .writes
-            .iter()
-            .map(|(k, p)| (Image { key: k.clone(), data: p.data.clone(), seq: part.next_seq() }, p.reserved))
-            .collect();
+        let mut images: Vec<(Image, u64)> = Vec::with_capacity(pt.writes.len());
+        let mut stale = vec![];
+        for (k, p) in &pt.writes {
+            let now = part.store.lock().get(k).map_or(0, |s| s.seq);
+            if p.base.is_some_and(|b| b != now) {
+                tracing::warn!(
+                    txn = format!("{txn:x}"),
+                    partition,
+                    "a taken-over image is older than its row (the commit already happened): skipped"
+                );
+                stale.push(k.clone());
+                continue;
+            }
+            images.push((Image { key: k.clone(), data: p.data.clone(), seq: part.next_seq() }, p.reserved));
+        }
+        for k in stale {
+            if let Some(p) = pt.writes.remove(&k) {
+                node.budget.release(p.reserved);
+            }
+        }
         let tag = TxnTag { id: txn, tc, step: TxnStep::Commit };
         let send: Vec<Image> = images.iter().map(|(i, _)| i.clone()).collect();
         replication::replicate_txn(node, &map, table, pa, gci, send, Some(tag)).await?;
@@ -411,6 +443,7 @@ pub async fn commit(
         }
         drop(store);
         drop(inflight);
+        // Their reservations went to the rows; `release` must not give them back again.
         pt.writes.clear();
     }
     release(node, txn, &mut st);
@@ -489,10 +522,20 @@ pub async fn adopt_prepared(node: &Arc<Node>, partition: PartitionId, term: u64)
             }
             let reserved = img.data.as_ref().map_or(0, |d| RowSlot::charge(img.key.len(), d.len()));
             node.budget.force(reserved);
-            pt.writes.insert(img.key, Pending { data: img.data, reserved });
+            pt.writes.insert(img.key, Pending { data: img.data, reserved, base: Some(img.seq) });
         }
         tracing::info!(txn = format!("{txn:x}"), partition, "took over a prepared transaction");
     }
+}
+
+/// The images a prepared part hands its backups: each with the row's current sequence number
+/// (0: absent) as its base, which a backup that takes the transaction over checks at commit.
+fn prepared_images(pt: &PartTxn) -> Vec<Image> {
+    let store = pt.part.store.lock();
+    pt.writes
+        .iter()
+        .map(|(k, p)| Image { key: k.clone(), data: p.data.clone(), seq: store.get(k).map_or(0, |s| s.seq) })
+        .collect()
 }
 
 /// Sends the images of every transaction prepared here on (table, partition) to `to`, a
@@ -509,7 +552,7 @@ pub async fn push_prepared(node: &Node, table: TableId, partition: PartitionId, 
             continue;
         }
         let Some(pt) = st.parts.get(&(table, partition)).filter(|pt| !pt.writes.is_empty()) else { continue };
-        let images = pt.writes.iter().map(|(k, p)| Image { key: k.clone(), data: p.data.clone(), seq: 0 }).collect();
+        let images = prepared_images(pt);
         let msg = crate::transport::Replicate {
             from: node.id,
             table,
@@ -520,8 +563,11 @@ pub async fn push_prepared(node: &Node, table: TableId, partition: PartitionId, 
             images,
             txn: Some(TxnTag { id: txn, tc: st.tc, step: TxnStep::Prepare }),
         };
-        drop(st);
+        // Sent while holding the transaction: its COMMIT (or ABORT), which tells `to` to drop
+        // these images, must not overtake them, or `to` would keep them after the
+        // transaction ended and could later take over a transaction that already happened.
         node.transport.replicate(to, msg).await?;
+        drop(st);
     }
     Ok(())
 }
@@ -543,7 +589,13 @@ pub async fn commit_as_tc(
     }
     if parts.len() == 1 {
         let (&primary, _) = by_node.iter().next().expect("one part, one node");
-        let stamp = node.durability.begin_commit(parts[0].1).await?;
+        let stamp = match node.durability.begin_commit(parts[0].1).await {
+            Ok(s) => s,
+            Err(e) => {
+                abort_everywhere(node, txn, &by_node).await;
+                return Err(aborted(format!("cannot stamp the commit: {e}")));
+            }
+        };
         let gci = stamp.gci;
         let r = control(node, primary, pb::TxnPhase::Commit, txn, gci, &parts, true).await;
         drop(stamp);
@@ -559,7 +611,13 @@ pub async fn commit_as_tc(
         return Err(if e.code == ErrorCode::TxnAborted { e } else { aborted(format!("prepare failed: {e}")) });
     }
     // 2. Decide and record the decision where a TC take-over finds it.
-    let stamp = node.durability.begin_commit(parts[0].1).await?;
+    let stamp = match node.durability.begin_commit(parts[0].1).await {
+        Ok(s) => s,
+        Err(e) => {
+            abort_everywhere(node, txn, &by_node).await;
+            return Err(aborted(format!("cannot stamp the commit: {e}")));
+        }
+    };
     let gci = stamp.gci;
     let given_up = {
         let mut d = node.txns.decisions.lock();
@@ -581,32 +639,23 @@ pub async fn commit_as_tc(
         return Err(aborted(format!("could not record the commit decision: {e}")));
     }
     // 3. COMMIT everywhere, following primaries that move.
-    let started = Instant::now();
-    let mut left: Vec<(TableId, PartitionId)> = parts.clone();
-    let mut last_err = None;
-    while !left.is_empty() && started.elapsed() < DECISION_RETRY_FOR {
-        let groups = group_by_primary(node, &left).unwrap_or_default();
-        let results = futures::future::join_all(groups.iter().map(|(&n, p)| async move {
-            (p.clone(), control(node, n, pb::TxnPhase::Commit, txn, gci, p, false).await)
-        }))
-        .await;
-        left.clear();
-        for (p, r) in results {
-            if let Err(e) = r {
-                last_err = Some(e);
-                left.extend(p);
-            }
-        }
-        if groups.is_empty() {
-            left = parts.clone();
-        }
-        if !left.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    let (left, last_err) = carry_out(node, txn, gci, parts, DECISION_RETRY_FOR).await;
     drop(stamp);
     if !left.is_empty() {
-        // Decided: the participants finish it from the record; the client cannot know when.
+        // Decided: keep carrying it out in the background (participants that wait too long
+        // also finish it from the record), and forget the record only once it is done: a
+        // record kept forever would outlive the transaction's ids in every other table.
+        let node = node.clone();
+        tokio::spawn(async move {
+            let (left, _) = carry_out(&node, txn, gci, left, DECISION_KEEP_TRYING).await;
+            if left.is_empty() {
+                node.txns.decisions.lock().remove(&txn);
+                forget_at_peers(&node, txn);
+            } else {
+                tracing::warn!(txn = format!("{txn:x}"), "gave up confirming a decided commit; its record stays");
+            }
+        });
+        // The client cannot know when it is visible everywhere.
         return Err(ShoalError::new(
             ErrorCode::Timeout,
             format!(
@@ -618,6 +667,42 @@ pub async fn commit_as_tc(
     node.txns.decisions.lock().remove(&txn);
     forget_at_peers(node, txn);
     Ok(gci)
+}
+
+/// Sends COMMIT for `parts` to their current primaries until each confirmed or `patience`
+/// ran out. Returns the parts still unconfirmed and the last error.
+async fn carry_out(
+    node: &Arc<Node>,
+    txn: u64,
+    gci: u64,
+    parts: Vec<(TableId, PartitionId)>,
+    patience: Duration,
+) -> (Vec<(TableId, PartitionId)>, Option<ShoalError>) {
+    let started = Instant::now();
+    let mut left = parts;
+    let mut last_err = None;
+    while !left.is_empty() && started.elapsed() < patience {
+        let groups = group_by_primary(node, &left).unwrap_or_default();
+        if groups.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        let results = futures::future::join_all(groups.iter().map(|(&n, p)| async move {
+            (p.clone(), control(node, n, pb::TxnPhase::Commit, txn, gci, p, false).await)
+        }))
+        .await;
+        left.clear();
+        for (p, r) in results {
+            if let Err(e) = r {
+                last_err = Some(e);
+                left.extend(p);
+            }
+        }
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    (left, last_err)
 }
 
 fn group_by_primary(

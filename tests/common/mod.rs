@@ -251,6 +251,15 @@ impl Drop for TestCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.dump_logs();
+            // SHOAL_KEEP_LOGS=DIR keeps every node's whole log of a failed test for a closer look.
+            if let Some(keep) = std::env::var_os("SHOAL_KEEP_LOGS") {
+                let to = Path::new(&keep).join(self.dir.file_name().unwrap_or_default());
+                let _ = std::fs::create_dir_all(&to);
+                for e in std::fs::read_dir(self.dir.join("logs")).into_iter().flatten().flatten() {
+                    let _ = std::fs::copy(e.path(), to.join(e.file_name()));
+                }
+                eprintln!("logs kept in {}", to.display());
+            }
         }
         // Wake anything a test stopped, so it can exit.
         for pid in self.node_pids() {
