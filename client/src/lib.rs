@@ -4,6 +4,7 @@
 //! request's deadline. The SQL node, the CLI, the benchmarks and the tests all use it.
 
 pub mod batcher;
+mod index;
 pub mod mgmd;
 mod txn;
 
@@ -24,6 +25,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
 pub use batcher::Batcher;
+pub use index::{IndexRange, IndexScanOptions};
 pub use mgmd::MgmdPool;
 pub use shoal_proto::{Column, ColumnType};
 pub use txn::{LockMode, Transaction};
@@ -260,7 +262,7 @@ impl Client {
     // ----- DDL -----
 
     pub async fn create_table(&self, spec: TableSpec, if_not_exists: bool) -> Result<Table> {
-        let req = pb::CreateTableRequest { spec: Some(pb::TableSpec::from(&spec)), if_not_exists };
+        let req = pb::CreateTableRequest { spec: Some(pb::TableSpec::from(&spec)), if_not_exists, indexes: vec![] };
         let resp = self
             .inner
             .mgmd
@@ -666,47 +668,60 @@ impl Client {
         tx: &mpsc::Sender<Result<Row>>,
     ) -> Result<()> {
         let t = self.table(table)?;
-        let read_backup = self.inner.opts.read_backup;
+        let base = pb::ScanRequest {
+            epoch: 0,
+            table_id: t.id,
+            partition: 0,
+            filters: filters.iter().map(Filter::to_pb).collect(),
+            projection,
+            batch_rows: SCAN_BATCH_ROWS,
+            read_backup: self.inner.opts.read_backup,
+            index: None,
+        };
         for partition in 0..t.partition_count {
             if only.is_some_and(|p| p != partition) {
                 continue;
             }
-            let deadline = Instant::now() + self.inner.opts.deadline;
-            let mut spread = partition as usize;
-            loop {
-                let map = self.map();
-                let req = pb::ScanRequest {
-                    epoch: map.epoch,
-                    table_id: t.id,
-                    partition,
-                    filters: filters.iter().map(Filter::to_pb).collect(),
-                    projection: projection.clone(),
-                    batch_rows: SCAN_BATCH_ROWS,
-                    read_backup,
-                };
-                let probe = Prepared { partition, op: pb::Op::default(), is_read: true };
-                let result = match route(&map, &probe, read_backup, None, &mut spread) {
-                    None => Err((
-                        false,
-                        ShoalError::new(
-                            ErrorCode::PartitionUnavailable,
-                            format!("partition {partition} has no live replica"),
-                        ),
-                    )),
-                    Some(node) => self.scan_partition(node, req, tx).await,
-                };
-                match result {
-                    Ok(()) => break,
-                    Err((false, e)) if e.is_retriable() && Instant::now() < deadline => {
-                        self.inner.retries.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        let _ = self.refresh().await;
-                    }
-                    Err((_, e)) => return Err(e),
-                }
-            }
+            self.scan_partition_retrying(partition, &base, tx).await?;
         }
         Ok(())
+    }
+
+    /// Scans one partition as `base` says (its epoch and partition filled in here), retrying
+    /// elsewhere on retriable errors until rows have been sent or the deadline passes.
+    async fn scan_partition_retrying(
+        &self,
+        partition: u32,
+        base: &pb::ScanRequest,
+        tx: &mpsc::Sender<Result<Row>>,
+    ) -> Result<()> {
+        let read_backup = base.read_backup;
+        let deadline = Instant::now() + self.inner.opts.deadline;
+        let mut spread = partition as usize;
+        loop {
+            let map = self.map();
+            let req = pb::ScanRequest { epoch: map.epoch, partition, ..base.clone() };
+            let probe = Prepared { partition, op: pb::Op::default(), is_read: true };
+            let result = match route(&map, &probe, read_backup, None, &mut spread) {
+                None => Err((
+                    false,
+                    ShoalError::new(
+                        ErrorCode::PartitionUnavailable,
+                        format!("partition {partition} has no live replica"),
+                    ),
+                )),
+                Some(node) => self.scan_partition(node, req, tx).await,
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err((false, e)) if e.is_retriable() && Instant::now() < deadline => {
+                    self.inner.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = self.refresh().await;
+                }
+                Err((_, e)) => return Err(e),
+            }
+        }
     }
 
     /// Err((rows_already_sent, error)).

@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod durability;
 pub mod gcp;
+pub mod index;
 pub mod mgmd_link;
 pub mod node;
 pub mod ops;

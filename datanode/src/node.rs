@@ -309,6 +309,7 @@ impl Node {
                         self.durability.fill_changed(false);
                     }
                     part.raise_term(pa.primary_term);
+                    part.store.lock().set_indexes(t);
                     parts.insert((t.id, pa.partition), part);
                 }
             }

@@ -3,14 +3,19 @@
 //!
 //! The scan walks the partition's slab a chunk at a time, holding the partition lock only while
 //! it reads one chunk, so writes proceed between chunks. Rows are read committed.
+//!
+//! An index scan walks a range of one ordered index instead (`index.rs`), in index order,
+//! resuming after the last entry it visited; rows changed between chunks are seen as they are
+//! when their entry is reached.
 
 use std::sync::Arc;
 
 use shoal_proto::codec::decode_row;
 use shoal_proto::filter::Filter;
-use shoal_proto::{Epoch, ErrorCode, PartitionId, ShoalError, TableId, Value};
+use shoal_proto::{Epoch, ErrorCode, PartitionId, ShoalError, Table, TableId, Value};
 use tokio::sync::mpsc;
 
+use crate::index::KeyRange;
 use crate::node::Node;
 use crate::partition::Partition;
 
@@ -31,6 +36,17 @@ pub struct ScanSpec {
     pub projection: Vec<u32>,
     pub batch_rows: u32,
     pub read_backup: bool,
+    pub index: Option<IndexScan>,
+}
+
+/// A range of an ordered index to walk (bounds are value prefixes of its columns).
+pub struct IndexScan {
+    pub id: u32,
+    pub lower: Vec<Value>,
+    pub lower_inclusive: bool,
+    pub upper: Vec<Value>,
+    pub upper_inclusive: bool,
+    pub descending: bool,
 }
 
 /// Keeps freed slots from being reused while a cursor walks the slab.
@@ -88,6 +104,9 @@ async fn scan(node: &Node, spec: ScanSpec, tx: &mpsc::Sender<Batch>) -> Result<(
         0 => DEFAULT_BATCH_ROWS,
         n => n.min(MAX_BATCH_ROWS),
     } as usize;
+    if let Some(ix) = &spec.index {
+        return index_scan(&table, &part, ix, &spec, batch_rows, tx).await;
+    }
     let cursor = CursorGuard::open(part);
     let mut at = Some(0u32);
     let mut batch = Vec::with_capacity(batch_rows);
@@ -125,4 +144,67 @@ async fn scan(node: &Node, spec: ScanSpec, tx: &mpsc::Sender<Batch>) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Emits the rows of `part` whose entries lie in the index range, in index order.
+async fn index_scan(
+    table: &Table,
+    part: &Arc<Partition>,
+    ix: &IndexScan,
+    spec: &ScanSpec,
+    batch_rows: usize,
+    tx: &mpsc::Sender<Batch>,
+) -> Result<(), ShoalError> {
+    let index = table.indexes.iter().find(|i| i.id == ix.id).ok_or_else(|| {
+        ShoalError::new(ErrorCode::InvalidArgument, format!("table {} has no index {}", table.name(), ix.id))
+    })?;
+    let range =
+        KeyRange::encode(table, index, &ix.lower, ix.lower_inclusive, &ix.upper, ix.upper_inclusive, ix.descending)?;
+    let mut after: Option<Box<[u8]>> = None;
+    let mut batch = Vec::with_capacity(batch_rows);
+    loop {
+        let mut failure = None;
+        let resume = {
+            let store = part.store.lock();
+            let Some(tree) = store.index(ix.id) else {
+                // The replica has not installed the map that created the index yet.
+                return Err(ShoalError::new(
+                    ErrorCode::NodeNotReady,
+                    format!("index {} is not built here yet", index.name),
+                ));
+            };
+            tree.walk(&range, after.as_deref(), SLOTS_PER_CHUNK as usize, |pk| {
+                let Some(slot) = store.get(pk) else { return true };
+                let row = match decode_row(table, &slot.data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failure = Some(e);
+                        return false;
+                    }
+                };
+                if spec.filters.iter().all(|f| f.matches(&row)) {
+                    batch.push(if spec.projection.is_empty() {
+                        row
+                    } else {
+                        spec.projection.iter().map(|&c| row[c as usize].clone()).collect()
+                    });
+                }
+                batch.len() < batch_rows
+            })
+        };
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let done = resume.is_none();
+        if batch.len() >= batch_rows || done {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_rows));
+            if tx.send(Ok((full, done))).await.is_err() {
+                return Ok(()); // the reader went away
+            }
+        }
+        if done {
+            return Ok(());
+        }
+        after = resume;
+    }
 }

@@ -127,6 +127,14 @@ impl DataNode for Service {
                     projection: req.projection,
                     batch_rows: req.batch_rows,
                     read_backup: req.read_backup,
+                    index: req.index.map(|r| scan::IndexScan {
+                        id: r.index_id,
+                        lower: shoal_proto::convert::values_from_pb(r.lower),
+                        lower_inclusive: r.lower_inclusive,
+                        upper: shoal_proto::convert::values_from_pb(r.upper),
+                        upper_inclusive: r.upper_inclusive,
+                        descending: r.descending,
+                    }),
                 };
                 tokio::spawn(scan::run(self.node.clone(), spec, tx));
             }

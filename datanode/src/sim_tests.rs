@@ -103,7 +103,7 @@ impl Sim {
             primary_key: vec![0],
             partition_key: vec![],
         };
-        sim.apply(Command::CreateTable { spec, if_not_exists: false });
+        sim.apply(Command::CreateTable { spec, if_not_exists: false, indexes: vec![] });
         sim.publish_all();
         sim.settle().await;
         sim

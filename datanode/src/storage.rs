@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
+use shoal_proto::Table;
+
+use crate::index::OrderedIndex;
 
 /// Bookkeeping bytes charged per row on top of its key and data.
 pub const ROW_OVERHEAD_BYTES: u64 = 48;
@@ -103,6 +106,10 @@ pub struct PartitionStore {
     /// Deletes seen while a copy fills this replica: key → seq of the delete.
     tombstones: Option<HashMap<Box<[u8]>, u64>>,
     open_cursors: u32,
+    /// Ordered indexes, kept in step with every row change (see `index.rs`), and the table
+    /// layout their entries are decoded with.
+    indexes: Vec<OrderedIndex>,
+    layout: Option<Arc<Table>>,
 }
 
 impl PartitionStore {
@@ -116,7 +123,36 @@ impl PartitionStore {
             budget,
             tombstones: None,
             open_cursors: 0,
+            indexes: Vec::new(),
+            layout: None,
         }
+    }
+
+    /// Makes the replica keep the indexes `table` has now: new ones are built from the rows,
+    /// dropped ones freed. Cheap when nothing changed.
+    pub fn set_indexes(&mut self, table: &Table) {
+        let same = self.indexes.len() == table.indexes.len()
+            && self.indexes.iter().zip(&table.indexes).all(|(have, want)| have.spec == *want);
+        if same && self.layout.as_ref().is_some_and(|l| l.schema_version == table.schema_version) {
+            return;
+        }
+        self.layout = Some(Arc::new(table.clone()));
+        if same {
+            return;
+        }
+        let freed: u64 = self.indexes.iter().map(OrderedIndex::bytes).sum();
+        self.budget.release(freed);
+        self.indexes = table.indexes.iter().cloned().map(OrderedIndex::new).collect();
+        let mut charge = 0;
+        for slot in self.slots.iter().flatten() {
+            charge += index_add(&mut self.indexes, self.layout.as_deref(), &slot.key, &slot.data);
+        }
+        self.budget.force(charge);
+    }
+
+    /// An index of this replica, by id.
+    pub fn index(&self, id: u32) -> Option<&OrderedIndex> {
+        self.indexes.iter().find(|i| i.spec.id == id)
     }
 
     pub fn rows(&self) -> u64 {
@@ -142,15 +178,20 @@ impl PartitionStore {
         } else {
             self.budget.release(reserved - new_bytes);
         }
+        let charge = index_add(&mut self.indexes, self.layout.as_deref(), key, &data);
         match self.find(key) {
             Some(i) => {
                 let slot = self.slots[i as usize].as_mut().expect("indexed slot is occupied");
                 self.budget.release(slot.bytes());
-                slot.data = data.into_boxed_slice();
+                let old = std::mem::replace(&mut slot.data, data.into_boxed_slice());
                 slot.seq = seq;
+                // Entries the new image did not re-add (its index values changed) go.
+                let freed = index_remove_changed(&mut self.indexes, self.layout.as_deref(), key, &old, &slot.data);
+                self.budget.release(freed);
             }
             None => self.insert_new(key, data, seq),
         }
+        self.budget.force(charge);
     }
 
     fn insert_new(&mut self, key: &[u8], data: Vec<u8>, seq: u64) {
@@ -186,6 +227,8 @@ impl PartitionStore {
         let (i, _) = entry.remove();
         if let Some(slot) = self.slots[i as usize].take() {
             self.budget.release(slot.bytes());
+            let freed = index_remove(&mut self.indexes, self.layout.as_deref(), &slot.key, &slot.data);
+            self.budget.release(freed);
         }
         self.free.push(i);
         self.rows -= 1;
@@ -236,7 +279,9 @@ impl PartitionStore {
 
     pub fn clear(&mut self) {
         let bytes: u64 = self.slots.iter().flatten().map(RowSlot::bytes).sum();
-        self.budget.release(bytes);
+        let index_bytes: u64 = self.indexes.iter().map(OrderedIndex::bytes).sum();
+        self.budget.release(bytes + index_bytes);
+        self.indexes.iter_mut().for_each(OrderedIndex::clear);
         self.slots.clear();
         self.free.clear();
         self.index.clear();
@@ -265,6 +310,50 @@ impl PartitionStore {
         }
         (end < self.slots.len()).then_some(end as u32)
     }
+}
+
+/// Adds a row's entries to every index; returns the bytes to charge.
+fn index_add(indexes: &mut [OrderedIndex], layout: Option<&Table>, key: &[u8], data: &[u8]) -> u64 {
+    let Some(table) = layout else { return 0 };
+    let mut charge = 0;
+    for ix in indexes {
+        if let Some((entry, prefix)) = ix.entry(table, key, data) {
+            charge += ix.insert(entry, prefix);
+        }
+    }
+    charge
+}
+
+/// Removes a row's entries from every index; returns the bytes freed.
+fn index_remove(indexes: &mut [OrderedIndex], layout: Option<&Table>, key: &[u8], data: &[u8]) -> u64 {
+    let Some(table) = layout else { return 0 };
+    let mut freed = 0;
+    for ix in indexes {
+        if let Some((entry, _)) = ix.entry(table, key, data) {
+            freed += ix.remove(&entry);
+        }
+    }
+    freed
+}
+
+/// After a row changed from `old` to `new` (whose entries are in already): removes the old
+/// entries that differ from the new ones; returns the bytes freed.
+fn index_remove_changed(
+    indexes: &mut [OrderedIndex],
+    layout: Option<&Table>,
+    key: &[u8],
+    old: &[u8],
+    new: &[u8],
+) -> u64 {
+    let Some(table) = layout else { return 0 };
+    let mut freed = 0;
+    for ix in indexes {
+        let (Some((was, _)), now) = (ix.entry(table, key, old), ix.entry(table, key, new)) else { continue };
+        if now.is_none_or(|(now, _)| now != was) {
+            freed += ix.remove(&was);
+        }
+    }
+    freed
 }
 
 impl Drop for PartitionStore {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use shoal_proto::convert::state_to_pb;
 use shoal_proto::pb;
-use shoal_proto::{ErrorCode, ShoalError, TableSpec, MAX_NAME_BYTES};
+use shoal_proto::{ErrorCode, IndexSpec, ShoalError, TableSpec, MAX_TABLE_NAME_BYTES};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -237,16 +237,44 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             Err(e) => Err(e),
             Ok(spec) => {
                 tracing::info!(table = %spec.name, "create table {}", spec.name);
-                self.on_leader(Command::CreateTable { spec, if_not_exists: r.if_not_exists }).await
+                let indexes = r.indexes.into_iter().map(IndexSpec::from).collect();
+                self.on_leader(Command::CreateTable { spec, if_not_exists: r.if_not_exists, indexes }).await
             }
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn create_index(&self, req: Request<pb::CreateIndexRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = match r.index {
+            None => Err(invalid("missing index")),
+            Some(_) if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES => {
+                Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+            }
+            Some(index) => {
+                let index = IndexSpec::from(index);
+                tracing::info!(table = %r.table, "create index {}", index.name);
+                self.on_leader(Command::CreateIndex { table: r.table, index, if_not_exists: r.if_not_exists }).await
+            }
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn drop_index(&self, req: Request<pb::DropIndexRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES {
+            Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        } else {
+            tracing::info!(table = %r.table, "drop index {}", r.name);
+            self.on_leader(Command::DropIndex { table: r.table, name: r.name, if_exists: r.if_exists }).await
         };
         Ok(self.admin(res))
     }
 
     async fn drop_table(&self, req: Request<pb::DropTableRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
-        let res = if r.name.is_empty() || r.name.len() > MAX_NAME_BYTES {
-            Err(invalid(format!("table name must be 1..={MAX_NAME_BYTES} bytes")))
+        let res = if r.name.is_empty() || r.name.len() > MAX_TABLE_NAME_BYTES {
+            Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
         } else {
             tracing::info!(table = %r.name, "drop table {}", r.name);
             self.on_leader(Command::DropTable { name: r.name, if_exists: r.if_exists }).await

@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 use shoal_proto::config::ClusterConfig;
 use shoal_proto::{
-    ClusterState, Epoch, ErrorCode, Node, NodeId, NodeKind, NodeState, PartitionAssignment, PartitionId, Replica,
-    RolledBack, ShoalError, Table, TableSpec,
+    ClusterState, Epoch, ErrorCode, IndexSpec, Node, NodeId, NodeKind, NodeState, PartitionAssignment, PartitionId,
+    Replica, RolledBack, ShoalError, Table, TableSpec, MAX_INDEXES,
 };
 
 /// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
@@ -57,8 +57,22 @@ pub enum Command {
     CreateTable {
         spec: TableSpec,
         if_not_exists: bool,
+        /// Ordered indexes the table starts with (ids are assigned here).
+        #[serde(default)]
+        indexes: Vec<IndexSpec>,
     },
     DropTable {
+        name: String,
+        if_exists: bool,
+    },
+    /// Adds an ordered index; data nodes build it from their rows when they install the map.
+    CreateIndex {
+        table: String,
+        index: IndexSpec,
+        if_not_exists: bool,
+    },
+    DropIndex {
+        table: String,
         name: String,
         if_exists: bool,
     },
@@ -82,6 +96,8 @@ impl Command {
             Command::Down { .. } => "down",
             Command::CreateTable { .. } => "create-table",
             Command::DropTable { .. } => "drop-table",
+            Command::CreateIndex { .. } => "create-index",
+            Command::DropIndex { .. } => "drop-index",
             Command::Rebalance => "rebalance",
             Command::GciComplete { .. } => "gci-complete",
         }
@@ -150,8 +166,10 @@ impl Model {
             Command::Join { nodes } => self.join(nodes),
             Command::Synced { id, incarnation, sync_epoch } => self.synced(id, incarnation, sync_epoch),
             Command::Down { id, incarnation, reason: _ } => self.down(id, incarnation),
-            Command::CreateTable { spec, if_not_exists } => self.create_table(spec, if_not_exists),
+            Command::CreateTable { spec, if_not_exists, indexes } => self.create_table(spec, if_not_exists, indexes),
             Command::DropTable { name, if_exists } => self.drop_table(&name, if_exists),
+            Command::CreateIndex { table, index, if_not_exists } => self.create_index(&table, index, if_not_exists),
+            Command::DropIndex { table, name, if_exists } => self.drop_index(&table, &name, if_exists),
             Command::Rebalance => self.rebalance(),
             Command::GciComplete { .. } => unreachable!("handled above"),
         };
@@ -462,7 +480,7 @@ impl Model {
         Ok(Outcome::default())
     }
 
-    fn create_table(&mut self, spec: TableSpec, if_not_exists: bool) -> CommandResult {
+    fn create_table(&mut self, spec: TableSpec, if_not_exists: bool, indexes: Vec<IndexSpec>) -> CommandResult {
         let partition_count = self.config()?.partition_count();
         if let Some(t) = self.cluster.table(&spec.name) {
             if if_not_exists {
@@ -474,10 +492,51 @@ impl Model {
             return Err(err(ErrorCode::TooLarge, format!("the cluster holds at most {MAX_TABLES} tables")));
         }
         let (spec, hidden_pk) = spec.normalize()?;
-        let table = Table { id: self.next_table_id, spec, partition_count, schema_version: 1, hidden_pk };
+        let mut table =
+            Table { id: self.next_table_id, spec, partition_count, schema_version: 1, hidden_pk, indexes: vec![] };
+        for index in indexes {
+            add_index(&mut table, index)?;
+        }
         self.next_table_id += 1;
         self.cluster.tables.push(table.clone());
         Ok(Outcome { epoch: 0, table: Some(table) })
+    }
+
+    fn table_mut(&mut self, name: &str) -> Result<&mut Table, ShoalError> {
+        self.cluster
+            .tables
+            .iter_mut()
+            .find(|t| t.spec.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| err(ErrorCode::NoSuchTable, format!("table {name} does not exist")))
+    }
+
+    fn create_index(&mut self, table: &str, index: IndexSpec, if_not_exists: bool) -> CommandResult {
+        self.config()?;
+        let t = self.table_mut(table)?;
+        if t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&index.name)) {
+            if if_not_exists {
+                return Ok(Outcome { epoch: 0, table: Some(t.clone()) });
+            }
+            return Err(err(ErrorCode::TableExists, format!("index {} already exists on {table}", index.name)));
+        }
+        add_index(t, index)?;
+        t.schema_version += 1;
+        Ok(Outcome { epoch: 0, table: Some(t.clone()) })
+    }
+
+    fn drop_index(&mut self, table: &str, name: &str, if_exists: bool) -> CommandResult {
+        self.config()?;
+        let t = self.table_mut(table)?;
+        let before = t.indexes.len();
+        t.indexes.retain(|i| !i.name.eq_ignore_ascii_case(name));
+        if t.indexes.len() == before {
+            if if_exists {
+                return Ok(Outcome { epoch: 0, table: Some(t.clone()) });
+            }
+            return Err(err(ErrorCode::InvalidArgument, format!("index {name} does not exist on {table}")));
+        }
+        t.schema_version += 1;
+        Ok(Outcome { epoch: 0, table: Some(t.clone()) })
     }
 
     fn drop_table(&mut self, name: &str, if_exists: bool) -> CommandResult {
@@ -489,6 +548,20 @@ impl Model {
         }
         Ok(Outcome::default())
     }
+}
+
+/// Checks an index and gives it the table's next index id.
+fn add_index(table: &mut Table, mut index: IndexSpec) -> Result<(), ShoalError> {
+    if table.indexes.len() >= MAX_INDEXES {
+        return Err(err(ErrorCode::TooLarge, format!("a table has at most {MAX_INDEXES} indexes")));
+    }
+    if table.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&index.name)) {
+        return Err(err(ErrorCode::TableExists, format!("index {} is defined twice", index.name)));
+    }
+    index.check(&table.spec)?;
+    index.id = table.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
+    table.indexes.push(index);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -727,12 +800,13 @@ mod tests {
             primary_key: vec![0],
             partition_key: vec![],
         };
-        let out = m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false }).unwrap();
+        let out = m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false, indexes: vec![] }).unwrap();
         assert_eq!(out.table.unwrap().partition_count, 4);
-        let e = m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false }).unwrap_err();
+        let e =
+            m.apply(Command::CreateTable { spec: spec.clone(), if_not_exists: false, indexes: vec![] }).unwrap_err();
         assert_eq!(e.code, ErrorCode::TableExists);
         let epoch = m.cluster.epoch;
-        assert!(m.apply(Command::CreateTable { spec, if_not_exists: true }).is_ok());
+        assert!(m.apply(Command::CreateTable { spec, if_not_exists: true, indexes: vec![] }).is_ok());
         assert_eq!(m.cluster.epoch, epoch, "a no-op does not raise the epoch");
         let e = m.apply(Command::DropTable { name: "nope".into(), if_exists: false }).unwrap_err();
         assert_eq!(e.code, ErrorCode::NoSuchTable);
@@ -740,8 +814,43 @@ mod tests {
         assert!(m.cluster.tables.is_empty());
         let bad = TableSpec { name: "".into(), columns: vec![], primary_key: vec![], partition_key: vec![] };
         assert_eq!(
-            m.apply(Command::CreateTable { spec: bad, if_not_exists: false }).unwrap_err().code,
+            m.apply(Command::CreateTable { spec: bad, if_not_exists: false, indexes: vec![] }).unwrap_err().code,
             ErrorCode::InvalidArgument
         );
+    }
+
+    #[test]
+    fn indexes_get_ids_raise_the_epoch_and_are_checked() {
+        let mut m = started(1, 2);
+        let spec = TableSpec {
+            name: "t".into(),
+            columns: vec![Column::new("k", ColumnType::Int), Column::new("v", ColumnType::Int)],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let ix = |name: &str, cols: Vec<u32>| IndexSpec { id: 0, name: name.into(), columns: cols, unique: false };
+        let out = m
+            .apply(Command::CreateTable { spec, if_not_exists: false, indexes: vec![ix("PRIMARY", vec![0])] })
+            .unwrap();
+        assert_eq!(out.table.unwrap().indexes[0].id, 1);
+        let epoch = m.cluster.epoch;
+        let t = m
+            .apply(Command::CreateIndex { table: "t".into(), index: ix("by_v", vec![1]), if_not_exists: false })
+            .unwrap()
+            .table
+            .unwrap();
+        assert_eq!((t.indexes[1].id, t.schema_version), (2, 2));
+        assert_eq!(m.cluster.epoch, epoch + 1, "data nodes learn of the index through the map");
+        let dup = Command::CreateIndex { table: "t".into(), index: ix("BY_V", vec![0]), if_not_exists: false };
+        assert_eq!(m.apply(dup).unwrap_err().code, ErrorCode::TableExists);
+        let bad = Command::CreateIndex { table: "t".into(), index: ix("x", vec![7]), if_not_exists: false };
+        assert_eq!(m.apply(bad).unwrap_err().code, ErrorCode::InvalidArgument);
+        let unique = IndexSpec { unique: true, ..ix("u", vec![1]) };
+        let e = m.apply(Command::CreateIndex { table: "t".into(), index: unique, if_not_exists: false }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "unique indexes are refused, not silently unenforced");
+        m.apply(Command::DropIndex { table: "t".into(), name: "by_v".into(), if_exists: false }).unwrap();
+        let gone = Command::DropIndex { table: "t".into(), name: "by_v".into(), if_exists: false };
+        assert!(m.apply(gone).is_err());
+        assert_eq!(m.cluster.tables[0].indexes.len(), 1);
     }
 }

@@ -171,7 +171,7 @@ fn keep_alive(addrs: Vec<SocketAddr>, node: NodeId, incarnation: u64) -> tokio::
 async fn create(addr: SocketAddr, name: &str) -> pb::AdminResponse {
     client(addr)
         .await
-        .create_table(pb::CreateTableRequest { spec: Some(spec(name)), if_not_exists: false })
+        .create_table(pb::CreateTableRequest { spec: Some(spec(name)), if_not_exists: false, indexes: vec![] })
         .await
         .expect("rpc")
         .into_inner()
@@ -202,7 +202,7 @@ async fn three_mgmds_fail_over_and_keep_state() {
     // Followers never forward: they name the leader.
     let resp = client(addr_of(follower))
         .await
-        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false })
+        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false, indexes: vec![] })
         .await
         .expect("rpc")
         .into_inner();
@@ -214,25 +214,28 @@ async fn three_mgmds_fail_over_and_keep_state() {
     // The leader creates it once; domain errors come back with their codes.
     let mut lc = client(addr_of(leader)).await;
     let resp = lc
-        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false })
+        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false, indexes: vec![] })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&resp.error), 0, "{:?}", resp.error);
     assert_eq!(resp.table.as_ref().map(|t| t.partition_count), Some(4));
     let resp = lc
-        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false })
+        .create_table(pb::CreateTableRequest { spec: Some(spec("t1")), if_not_exists: false, indexes: vec![] })
         .await
         .expect("rpc")
         .into_inner();
     assert_eq!(code(&resp.error), ErrorCode::TableExists.number());
-    let resp =
-        lc.create_table(pb::CreateTableRequest { spec: None, if_not_exists: false }).await.expect("rpc").into_inner();
+    let resp = lc
+        .create_table(pb::CreateTableRequest { spec: None, if_not_exists: false, indexes: vec![] })
+        .await
+        .expect("rpc")
+        .into_inner();
     assert_eq!(code(&resp.error), ErrorCode::InvalidArgument.number());
     let mut bad = spec("t2");
     bad.columns[0].r#type = 99;
     let resp = lc
-        .create_table(pb::CreateTableRequest { spec: Some(bad), if_not_exists: false })
+        .create_table(pb::CreateTableRequest { spec: Some(bad), if_not_exists: false, indexes: vec![] })
         .await
         .expect("rpc")
         .into_inner();
@@ -381,7 +384,11 @@ async fn single_mgmd_restarts_from_snapshot_and_log() {
     let mut c = client(addr).await;
     for i in 0..20 {
         let resp = c
-            .create_table(pb::CreateTableRequest { spec: Some(spec(&format!("t{i}"))), if_not_exists: false })
+            .create_table(pb::CreateTableRequest {
+                spec: Some(spec(&format!("t{i}"))),
+                if_not_exists: false,
+                indexes: vec![],
+            })
             .await
             .expect("rpc")
             .into_inner();

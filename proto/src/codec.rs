@@ -88,6 +88,47 @@ fn encode_key_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&[0, 0]);
 }
 
+/// Encodes values of index columns (`cols[i]` is the column of `values[i]`; a prefix of an
+/// index's columns is fine) so that byte order is SQL order: each value is 0x00 for NULL (NULL
+/// sorts first, as in MySQL), else 0x01 and its key encoding; a float is sign-adjusted so
+/// negative numbers sort below positive ones. Values are coerced to their column's type first
+/// (an integer bound on a FLOAT column), so an index range compares like with like.
+pub fn encode_index_key(out: &mut Vec<u8>, cols: &[&Column], values: &[Value]) -> Result<(), ShoalError> {
+    for (col, v) in cols.iter().zip(values) {
+        if matches!(v, Value::Null) {
+            out.push(0);
+            continue;
+        }
+        let same_type = matches!(
+            (col.ty, v),
+            (ColumnType::Int, Value::Int(_))
+                | (ColumnType::Uint, Value::Uint(_))
+                | (ColumnType::Float, Value::Float(_))
+                | (ColumnType::Bool, Value::Bool(_))
+                | (ColumnType::Text, Value::Text(_))
+                | (ColumnType::Bytes, Value::Bytes(_))
+        );
+        let v = if same_type {
+            std::borrow::Cow::Borrowed(v)
+        } else {
+            // Bounds only (rows hold their columns' types): a rare clone.
+            let col = Column { nullable: true, max_len: u32::MAX, ..(*col).clone() };
+            std::borrow::Cow::Owned(coerce(&col, v.clone())?)
+        };
+        out.push(1);
+        match v.as_ref() {
+            Value::Float(f) => {
+                let f = if *f == 0.0 { 0.0 } else { *f }; // -0 = +0
+                let bits = f.to_bits();
+                let ordered = if bits >> 63 == 1 { !bits } else { bits ^ (1 << 63) };
+                out.extend_from_slice(&ordered.to_be_bytes());
+            }
+            v => encode_key_value(out, v),
+        }
+    }
+    Ok(())
+}
+
 /// Validates primary key values (in primary key order) and encodes them.
 pub fn encode_key(table: &Table, key: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>), ShoalError> {
     let pk = &table.spec.primary_key;
@@ -284,7 +325,7 @@ mod tests {
             partition_key: vec![],
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
-        Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk }
+        Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![] }
     }
 
     #[test]

@@ -143,7 +143,20 @@ impl From<&Table> for pb::Table {
             partition_count: t.partition_count,
             schema_version: t.schema_version,
             hidden_pk: t.hidden_pk,
+            indexes: t.indexes.iter().map(pb::IndexSpec::from).collect(),
         }
+    }
+}
+
+impl From<&IndexSpec> for pb::IndexSpec {
+    fn from(i: &IndexSpec) -> pb::IndexSpec {
+        pb::IndexSpec { id: i.id, name: i.name.clone(), columns: i.columns.clone(), unique: i.unique }
+    }
+}
+
+impl From<pb::IndexSpec> for IndexSpec {
+    fn from(i: pb::IndexSpec) -> IndexSpec {
+        IndexSpec { id: i.id, name: i.name, columns: i.columns, unique: i.unique }
     }
 }
 
@@ -160,6 +173,7 @@ impl TryFrom<pb::Table> for Table {
             partition_count: t.partition_count,
             schema_version: t.schema_version,
             hidden_pk: t.hidden_pk,
+            indexes: t.indexes.into_iter().map(IndexSpec::from).collect(),
         })
     }
 }

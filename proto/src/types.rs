@@ -105,6 +105,51 @@ pub struct Table {
     pub schema_version: u64,
     /// The last column is the hidden key `$pk`, assigned by the data node on insert.
     pub hidden_pk: bool,
+    /// Ordered indexes the data nodes keep for this table.
+    #[serde(default)]
+    pub indexes: Vec<IndexSpec>,
+}
+
+/// Most indexes per table.
+pub const MAX_INDEXES: usize = 64;
+/// Most columns per index.
+pub const MAX_INDEX_COLUMNS: usize = 16;
+
+/// An ordered index over columns of a table (DDL: CREATE INDEX, KEY in CREATE TABLE). Data
+/// nodes keep one per partition replica; entries sort by the index columns (NULL first), then
+/// by primary key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexSpec {
+    /// Unique within the table, assigned by mgmd.
+    pub id: u32,
+    pub name: String,
+    pub columns: Vec<u32>,
+    /// Not supported yet (refused by `check`).
+    pub unique: bool,
+}
+
+impl IndexSpec {
+    /// Checks the index against its table (columns exist, no repeats).
+    pub fn check(&self, table: &TableSpec) -> Result<(), ShoalError> {
+        check_name("index", &self.name)?;
+        if self.columns.is_empty() || self.columns.len() > MAX_INDEX_COLUMNS {
+            return Err(invalid(format!("an index has 1..={MAX_INDEX_COLUMNS} columns")));
+        }
+        for (i, c) in self.columns.iter().enumerate() {
+            if *c as usize >= table.columns.len() {
+                return Err(invalid(format!("index {}: column {c} does not exist", self.name)));
+            }
+            if self.columns[..i].contains(c) {
+                return Err(invalid(format!("index {} names a column twice", self.name)));
+            }
+        }
+        if self.unique {
+            // Unique indexes need a cluster-wide check inside the writing transaction (NDB's
+            // hidden unique-index tables); until that exists, promising one would be a lie.
+            return Err(invalid(format!("index {}: unique indexes are not supported yet", self.name)));
+        }
+        Ok(())
+    }
 }
 
 fn invalid(msg: impl Into<String>) -> ShoalError {

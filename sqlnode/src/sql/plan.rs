@@ -206,7 +206,11 @@ mod tests {
         let (spec, hidden_pk) = TableSpec { name: "d.t".into(), columns: cols, primary_key: pk, partition_key: vec![] }
             .normalize()
             .unwrap();
-        TableRef::new("d", "t", Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk })
+        TableRef::new(
+            "d",
+            "t",
+            Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![] },
+        )
     }
 
     fn col(i: usize) -> Box<Expr> {

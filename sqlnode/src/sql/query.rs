@@ -1388,7 +1388,11 @@ mod tests {
                 TableSpec { name: format!("d.{name}"), columns, primary_key: vec![0], partition_key: vec![] }
                     .normalize()
                     .unwrap();
-            TableRef::new("d", name, Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk })
+            TableRef::new(
+                "d",
+                name,
+                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![] },
+            )
         };
         let mut c = Catalog::new(Some("d".into()));
         let t1 = table(1, "t1", &[("a", ColumnType::Int, "int"), ("b", ColumnType::Text, "varchar(5)")]);

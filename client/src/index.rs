@@ -1,0 +1,221 @@
+//! Ordered indexes from the client side: DDL (create/drop) and ordered range scans.
+//!
+//! Each partition replica keeps its own ordered index (`datanode/src/index.rs`), so a range
+//! scan asks every partition (or the one a pruned scan names) for its rows in the range, in
+//! index order, and merges the streams: the caller sees one stream in index order across the
+//! whole table. Each partition sends at most `batch_hint` rows per batch, so an
+//! `ORDER BY … LIMIT n` reads about n rows per partition rather than every row in the range.
+
+use shoal_proto::codec::encode_index_key;
+use shoal_proto::convert::values_to_pb;
+use shoal_proto::filter::Filter;
+use shoal_proto::pb;
+use shoal_proto::{ErrorCode, IndexSpec, ShoalError, Table, TableSpec, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::{Client, Result, Row, SCAN_BATCH_ROWS};
+
+/// A range of an ordered index: the index columns, compared as a prefix, between the bounds
+/// (an empty bound is open).
+#[derive(Clone, Debug, Default)]
+pub struct IndexRange {
+    pub index: String,
+    pub lower: Vec<Value>,
+    pub lower_inclusive: bool,
+    pub upper: Vec<Value>,
+    pub upper_inclusive: bool,
+    pub descending: bool,
+}
+
+/// What an index scan returns besides the range: filters, projection, pruning, batch size.
+#[derive(Clone, Debug, Default)]
+pub struct IndexScanOptions {
+    pub filters: Vec<Filter>,
+    /// Column positions to return; empty = every column.
+    pub projection: Vec<u32>,
+    /// Only this partition (partition pruning).
+    pub only: Option<u32>,
+    /// Rows per batch from each partition (0 = the default): the caller's LIMIT, if any.
+    pub batch_hint: u32,
+}
+
+impl Client {
+    /// Creates a table together with its ordered indexes (one catalog change).
+    pub async fn create_table_with_indexes(
+        &self,
+        spec: TableSpec,
+        indexes: Vec<IndexSpec>,
+        if_not_exists: bool,
+    ) -> Result<Table> {
+        let req = pb::CreateTableRequest {
+            spec: Some(pb::TableSpec::from(&spec)),
+            if_not_exists,
+            indexes: indexes.iter().map(pb::IndexSpec::from).collect(),
+        };
+        let resp = self
+            .inner
+            .mgmd
+            .on_leader(|mut c| {
+                let req = req.clone();
+                async move {
+                    let r = c.create_table(req).await?.into_inner();
+                    let e = r.error.clone();
+                    Ok((r, e))
+                }
+            })
+            .await?;
+        self.wait_for_epoch(resp.epoch).await;
+        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
+        Table::try_from(t)
+    }
+
+    /// Adds an ordered index to `table`; every data node builds it from its rows when it
+    /// installs the new map. Returns the table as it is now.
+    pub async fn create_index(&self, table: &str, index: IndexSpec, if_not_exists: bool) -> Result<Table> {
+        let req = pb::CreateIndexRequest {
+            table: table.to_string(),
+            index: Some(pb::IndexSpec::from(&index)),
+            if_not_exists,
+        };
+        let resp = self
+            .inner
+            .mgmd
+            .on_leader(|mut c| {
+                let req = req.clone();
+                async move {
+                    let r = c.create_index(req).await?.into_inner();
+                    let e = r.error.clone();
+                    Ok((r, e))
+                }
+            })
+            .await?;
+        self.wait_for_epoch(resp.epoch).await;
+        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
+        Table::try_from(t)
+    }
+
+    pub async fn drop_index(&self, table: &str, name: &str, if_exists: bool) -> Result<()> {
+        let req = pb::DropIndexRequest { table: table.to_string(), name: name.to_string(), if_exists };
+        let resp = self
+            .inner
+            .mgmd
+            .on_leader(|mut c| {
+                let req = req.clone();
+                async move {
+                    let r = c.drop_index(req).await?.into_inner();
+                    let e = r.error.clone();
+                    Ok((r, e))
+                }
+            })
+            .await?;
+        self.wait_for_epoch(resp.epoch).await;
+        Ok(())
+    }
+
+    /// Streams the rows of `table` in `range` of one of its ordered indexes, in index order
+    /// (descending if the range says so) across all partitions. Errors end the stream with
+    /// an error.
+    pub fn scan_index(&self, table: &str, range: IndexRange, opts: IndexScanOptions) -> ReceiverStream<Result<Row>> {
+        let (tx, rx) = mpsc::channel(SCAN_BATCH_ROWS as usize);
+        let client = self.clone();
+        let table = table.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = client.scan_index_into(&table, range, opts, &tx).await {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+
+    async fn scan_index_into(
+        &self,
+        table: &str,
+        range: IndexRange,
+        opts: IndexScanOptions,
+        out: &mpsc::Sender<Result<Row>>,
+    ) -> Result<()> {
+        let t = self.table(table)?;
+        let index = t.indexes.iter().find(|i| i.name.eq_ignore_ascii_case(&range.index)).cloned().ok_or_else(|| {
+            ShoalError::new(ErrorCode::InvalidArgument, format!("{table} has no index {}", range.index))
+        })?;
+        // The merge orders rows as the index does, by index values then primary key, so each
+        // partition sends those columns last (and they are cut before the caller sees them).
+        let width = if opts.projection.is_empty() { t.columns().len() } else { opts.projection.len() };
+        let order_cols: Vec<u32> = index.columns.iter().chain(&t.spec.primary_key).copied().collect();
+        let mut projection = opts.projection.clone();
+        if !projection.is_empty() {
+            projection.extend(&order_cols);
+        }
+        let key_at: Vec<usize> = if opts.projection.is_empty() {
+            order_cols.iter().map(|&c| c as usize).collect()
+        } else {
+            (width..width + order_cols.len()).collect()
+        };
+        let batch = match opts.batch_hint {
+            0 => SCAN_BATCH_ROWS,
+            n => n.clamp(1, SCAN_BATCH_ROWS),
+        };
+        let base = pb::ScanRequest {
+            epoch: 0,
+            table_id: t.id,
+            partition: 0,
+            filters: opts.filters.iter().map(Filter::to_pb).collect(),
+            projection,
+            batch_rows: batch,
+            read_backup: self.inner.opts.read_backup,
+            index: Some(pb::IndexRange {
+                index_id: index.id,
+                lower: values_to_pb(range.lower.clone()),
+                lower_inclusive: range.lower_inclusive,
+                upper: values_to_pb(range.upper.clone()),
+                upper_inclusive: range.upper_inclusive,
+                descending: range.descending,
+            }),
+        };
+        let partitions: Vec<u32> = (0..t.partition_count).filter(|p| opts.only.is_none_or(|o| o == *p)).collect();
+        let mut inputs = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let (tx, rx) = mpsc::channel(batch as usize);
+            let (client, base) = (self.clone(), base.clone());
+            tokio::spawn(async move {
+                if let Err(e) = client.scan_partition_retrying(p, &base, &tx).await {
+                    let _ = tx.send(Err(e)).await;
+                }
+            });
+            inputs.push(rx);
+        }
+        let cols: Vec<_> = order_cols.iter().map(|&c| &t.columns()[c as usize]).collect();
+        let sort_key = |row: &Row| -> Vec<u8> {
+            let values: Vec<Value> = key_at.iter().map(|&i| row.get(i).cloned().unwrap_or(Value::Null)).collect();
+            let mut k = vec![];
+            // Rows come from the data nodes with their columns' own types: this cannot fail.
+            let _ = encode_index_key(&mut k, &cols, &values);
+            k
+        };
+        // The head row of each input (None once it is exhausted).
+        let mut heads: Vec<Option<(Vec<u8>, Row)>> = Vec::with_capacity(inputs.len());
+        for rx in &mut inputs {
+            heads.push(next_row(rx).await?.map(|r| (sort_key(&r), r)));
+        }
+        loop {
+            let pick = heads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| h.as_ref().map(|(k, _)| (i, k)))
+                .reduce(|a, b| if (b.1 < a.1) != range.descending && b.1 != a.1 { b } else { a })
+                .map(|(i, _)| i);
+            let Some(i) = pick else { return Ok(()) };
+            let (_, mut row) = heads[i].take().expect("picked a live head");
+            heads[i] = next_row(&mut inputs[i]).await?.map(|r| (sort_key(&r), r));
+            row.truncate(width);
+            if out.send(Ok(row)).await.is_err() {
+                return Ok(()); // the reader went away (a LIMIT was reached): the inputs stop too
+            }
+        }
+    }
+}
+
+async fn next_row(rx: &mut mpsc::Receiver<Result<Row>>) -> Result<Option<Row>> {
+    rx.recv().await.transpose()
+}
