@@ -18,7 +18,7 @@ use crate::{Client, Result, Row, SCAN_BATCH_ROWS};
 
 /// A range of an ordered index: the index columns, compared as a prefix, between the bounds
 /// (an empty bound is open).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct IndexRange {
     pub index: String,
     pub lower: Vec<Value>,

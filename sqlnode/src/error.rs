@@ -31,6 +31,11 @@ pub mod code {
     pub const BAD_FIELD: u16 = 1054;
     pub const TOO_LONG_IDENT: u16 = 1059;
     pub const DUP_FIELDNAME: u16 = 1060;
+    pub const DUP_KEYNAME: u16 = 1061;
+    pub const WRONG_NAME_FOR_INDEX: u16 = 1280;
+    pub const KEY_COLUMN_DOES_NOT_EXIST: u16 = 1072;
+    pub const TOO_MANY_KEYS: u16 = 1069;
+    pub const CANT_DROP_FIELD_OR_KEY: u16 = 1091;
     pub const DUP_ENTRY: u16 = 1062;
     pub const PARSE: u16 = 1064;
     pub const INVALID_DEFAULT: u16 = 1067;

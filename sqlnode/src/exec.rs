@@ -104,7 +104,7 @@ impl Session {
                     }
                 }
             }
-            Access::Scan(_) | Access::Partition(..)
+            Access::Scan(_) | Access::Partition(..) | Access::Range(..)
                 if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await =>
             {
                 // A locking read over a scan: find the rows, then read each again under its
@@ -125,7 +125,7 @@ impl Session {
                     }
                 }
             }
-            Access::Scan(_) | Access::Partition(..) => {
+            Access::Scan(_) | Access::Partition(..) | Access::Range(..) => {
                 let mut stream = self.scan_stream(name, access);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
@@ -146,6 +146,11 @@ impl Session {
     ) -> tokio_stream::wrappers::ReceiverStream<Result<Vec<Value>, ShoalError>> {
         let only = match access {
             Access::Partition(p, _) => Some(*p),
+            Access::Range(range, only, filters) => {
+                let opts =
+                    shoal_client::IndexScanOptions { filters: filters.clone(), only: *only, ..Default::default() };
+                return self.client().scan_index(name, range.clone(), opts);
+            }
             _ => None,
         };
         self.client().scan_partitions(name, only, access.filters().to_vec(), vec![])

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use shoal_client::Client;
-use shoal_proto::{Column, ColumnType, ErrorCode, Table, TableId, TableSpec, Value, MAX_NAME_BYTES};
+use shoal_proto::{Column, ColumnType, ErrorCode, IndexSpec, Table, TableId, TableSpec, Value, MAX_NAME_BYTES};
 use sqlparser::ast::{self, ColumnOption, Statement, TableConstraint};
 
 use crate::error::{code, SqlError, SqlResult};
@@ -337,15 +337,23 @@ impl Session {
                 Ok(Outcome::ok())
             }
             Statement::CreateIndex(ci) => {
-                // Secondary indexes are not built yet: like INDEX/KEY inside CREATE TABLE, a
-                // plain CREATE INDEX is accepted (queries still work, by scanning); UNIQUE
-                // would promise a constraint we do not enforce, so it is refused.
+                // UNIQUE would promise a constraint the cluster does not enforce yet.
                 if ci.unique {
                     return Err(SqlError::not_supported("CREATE UNIQUE INDEX"));
                 }
-                self.resolve(&object_parts(&ci.table_name)).await?;
+                let t = self.resolve(&object_parts(&ci.table_name)).await?;
+                let name = ci.name.as_ref().map(|n| object_parts(n).join("."));
+                self.add_index(&t, name, &ci.columns, ci.if_not_exists).await?;
                 Ok(Outcome::ok())
             }
+            Statement::Drop { object_type: ast::ObjectType::Index, if_exists, names, table: Some(table), .. }
+                if names.len() == 1 =>
+            {
+                let t = self.resolve(&object_parts(&table)).await?;
+                self.remove_index(&t, &object_parts(&names[0]).join("."), if_exists).await?;
+                Ok(Outcome::ok())
+            }
+            Statement::AlterTable(at) => self.alter_table(&at).await,
             Statement::StartTransaction { .. } => self.admin(Admin::Begin).await,
             Statement::Commit { .. } => self.admin(Admin::Commit).await,
             Statement::Rollback { savepoint: None, .. } => self.admin(Admin::Rollback).await,
@@ -529,6 +537,19 @@ impl Session {
                         ]);
                     }
                 }
+                // Ordered indexes (the ordered copy of PRIMARY is part of PRIMARY above).
+                for ix in t.table.indexes.iter().filter(|i| i.name != "PRIMARY") {
+                    for (seq, &c) in ix.columns.iter().enumerate() {
+                        rows.push(vec![
+                            t.name.clone(),
+                            if ix.unique { "0" } else { "1" }.into(),
+                            ix.name.clone(),
+                            (seq + 1).to_string(),
+                            t.col_name(c as usize).to_string(),
+                            "BTREE".into(),
+                        ]);
+                    }
+                }
                 Ok(text_rows(&["Table", "Non_unique", "Key_name", "Seq_in_index", "Column_name", "Index_type"], rows))
             }
             Admin::ShowWarnings => Ok(text_rows(&["Level", "Code", "Message"], vec![])),
@@ -672,6 +693,7 @@ impl Session {
         let mut columns: Vec<Column> = vec![];
         let mut pk: Vec<u32> = vec![];
         let mut pk_defs = 0;
+        let mut secondary: Vec<IndexSpec> = vec![];
         for cd in &ct.columns {
             let cname = cd.name.value.clone();
             check_ident("column", &cname)?;
@@ -757,9 +779,18 @@ impl Session {
                         columns[i].nullable = false;
                     }
                 }
-                // Secondary indexes are accepted: a scan is always correct (ordered indexes come
-                // with the data-node index work).
-                TableConstraint::Index(_) => {}
+                // Ordered secondary indexes, kept by the data nodes.
+                TableConstraint::Index(ix) => {
+                    let cols = index_columns(&columns, &ix.columns)?;
+                    let name = match &ix.name {
+                        Some(n) => n.value.clone(),
+                        None => default_index_name(&columns, cols[0], &secondary),
+                    };
+                    if secondary.iter().any(|s: &IndexSpec| s.name.eq_ignore_ascii_case(&name)) {
+                        return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")));
+                    }
+                    secondary.push(IndexSpec { id: 0, name, columns: cols, unique: false });
+                }
                 TableConstraint::Unique(_) => return Err(SqlError::not_supported("UNIQUE constraints")),
                 TableConstraint::ForeignKey(_) => return Err(SqlError::not_supported("FOREIGN KEY constraints")),
                 other => return Err(SqlError::not_supported(format!("table constraint {other}"))),
@@ -795,8 +826,14 @@ impl Session {
                 partition_key.push(i as u32);
             }
         }
+        // The primary key is an ordered index too (as in NDB): range scans and ORDER BY on it.
+        let mut indexes = vec![];
+        if !pk.is_empty() {
+            indexes.push(IndexSpec { id: 0, name: "PRIMARY".into(), columns: pk.clone(), unique: false });
+        }
+        indexes.extend(secondary);
         let spec = TableSpec { name: format!("{db}.{name}"), columns, primary_key: pk, partition_key };
-        match self.client().create_table(spec, ct.if_not_exists).await {
+        match self.client().create_table_with_indexes(spec, indexes, ct.if_not_exists).await {
             Ok(_) => Ok(Outcome::ok()),
             Err(e) if e.code == ErrorCode::TableExists => {
                 Err(SqlError::new(code::TABLE_EXISTS, format!("Table '{name}' already exists")))
@@ -804,6 +841,66 @@ impl Session {
             Err(e) if e.code == ErrorCode::InvalidArgument => Err(SqlError::new(code::TOO_BIG_ROWSIZE, e.message)),
             Err(e) => Err(SqlError::from_cluster(&e)),
         }
+    }
+
+    /// CREATE INDEX / ALTER TABLE … ADD INDEX: the data nodes build it from the rows.
+    async fn add_index(
+        &self,
+        t: &TableRef,
+        name: Option<String>,
+        columns: &[ast::IndexColumn],
+        if_not_exists: bool,
+    ) -> SqlResult<()> {
+        let cols = index_columns(&t.table.spec.columns, columns)?;
+        let name = name.unwrap_or_else(|| default_index_name(&t.table.spec.columns, cols[0], &t.table.indexes));
+        if name.eq_ignore_ascii_case("PRIMARY") {
+            return Err(SqlError::new(code::WRONG_NAME_FOR_INDEX, "Incorrect index name 'PRIMARY'"));
+        }
+        let index = IndexSpec { id: 0, name: name.clone(), columns: cols, unique: false };
+        match self.client().create_index(&t.table.spec.name, index, if_not_exists).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code == ErrorCode::TableExists => {
+                Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")))
+            }
+            Err(e) if e.code == ErrorCode::TooLarge => Err(SqlError::new(code::TOO_MANY_KEYS, e.message)),
+            Err(e) => Err(SqlError::from_cluster(&e)),
+        }
+    }
+
+    /// DROP INDEX / ALTER TABLE … DROP INDEX.
+    async fn remove_index(&self, t: &TableRef, name: &str, if_exists: bool) -> SqlResult<()> {
+        if name.eq_ignore_ascii_case("PRIMARY") {
+            return Err(SqlError::not_supported("dropping the primary key"));
+        }
+        match self.client().drop_index(&t.table.spec.name, name, if_exists).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code == ErrorCode::InvalidArgument => Err(SqlError::new(
+                code::CANT_DROP_FIELD_OR_KEY,
+                format!("Can't DROP '{name}'; check that column/key exists"),
+            )),
+            Err(e) => Err(SqlError::from_cluster(&e)),
+        }
+    }
+
+    /// ALTER TABLE: adding and dropping indexes (one catalog change each); column changes are
+    /// not supported yet.
+    async fn alter_table(&mut self, at: &ast::AlterTable) -> SqlResult<Outcome> {
+        let t = self.resolve(&object_parts(&at.name)).await?;
+        for op in &at.operations {
+            match op {
+                ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ix), .. } => {
+                    let name = ix.name.as_ref().map(|n| n.value.clone());
+                    self.add_index(&t, name, &ix.columns, false).await?;
+                }
+                ast::AlterTableOperation::DropIndex { name } => self.remove_index(&t, &name.value, false).await?,
+                other => {
+                    let text = other.to_string();
+                    let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                    return Err(SqlError::not_supported(format!("ALTER TABLE … {head}")));
+                }
+            }
+        }
+        Ok(Outcome::ok())
     }
 
     async fn drop_tables(&mut self, names: &[ast::ObjectName], if_exists: bool) -> SqlResult<Outcome> {
@@ -937,6 +1034,10 @@ pub fn show_create(t: &TableRef) -> String {
             t.table.spec.primary_key.iter().map(|&k| format!("`{}`", t.col_name(k as usize))).collect();
         lines.push(format!("  PRIMARY KEY ({})", cols.join(",")));
     }
+    for ix in t.table.indexes.iter().filter(|i| i.name != "PRIMARY") {
+        let cols: Vec<String> = ix.columns.iter().map(|&c| format!("`{}`", t.col_name(c as usize))).collect();
+        lines.push(format!("  KEY `{}` ({})", ix.name, cols.join(",")));
+    }
     let spec = &t.table.spec;
     let partitioning = if !t.table.hidden_pk && spec.partition_key != spec.primary_key {
         let cols: Vec<String> = spec.partition_key.iter().map(|&k| format!("`{}`", t.col_name(k as usize))).collect();
@@ -954,4 +1055,36 @@ pub fn show_create(t: &TableRef) -> String {
 /// True when `s` matches a SHOW ... LIKE pattern (case-insensitive, as MySQL).
 pub fn show_like(pattern: &str, s: &str) -> bool {
     like(&s.to_lowercase(), &pattern.to_lowercase(), '\\')
+}
+
+/// The column positions of an index's key parts.
+fn index_columns(columns: &[Column], parts: &[ast::IndexColumn]) -> SqlResult<Vec<u32>> {
+    let mut out = vec![];
+    for ic in parts {
+        let n = match &ic.column.expr {
+            ast::Expr::Identifier(i) => i.value.clone(),
+            other => return Err(SqlError::not_supported(format!("index key part {other}"))),
+        };
+        let i = columns.iter().position(|c| c.name.eq_ignore_ascii_case(&n)).ok_or_else(|| {
+            SqlError::new(code::KEY_COLUMN_DOES_NOT_EXIST, format!("Key column '{n}' doesn't exist in table"))
+        })?;
+        if out.contains(&(i as u32)) {
+            return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{n}'")));
+        }
+        out.push(i as u32);
+    }
+    if out.is_empty() {
+        return Err(SqlError::parse("an index needs at least one column"));
+    }
+    Ok(out)
+}
+
+/// MySQL's name for an unnamed index: its first column's, with `_2`, `_3`… when taken.
+fn default_index_name(columns: &[Column], first: u32, taken: &[IndexSpec]) -> String {
+    let base = columns[first as usize].name.clone();
+    let free = |n: &str| !taken.iter().any(|i| i.name.eq_ignore_ascii_case(n));
+    if free(&base) {
+        return base;
+    }
+    (2..).map(|k| format!("{base}_{k}")).find(|n| free(n)).expect("some suffix is free")
 }

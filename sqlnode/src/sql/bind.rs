@@ -413,6 +413,15 @@ impl<'a> Binder<'a> {
                 match op {
                     UnaryOperator::Minus => match inner {
                         Expr::Lit(Val::UInt(u)) if u == 1u64 << 63 => Expr::Lit(Val::Int(i64::MIN)),
+                        // A negative constant stays a constant, so plans can use it (`k < -5`
+                        // as an index bound or pushed filter); errors are left to run time.
+                        lit @ Expr::Lit(_) => {
+                            let neg = Expr::Neg(bx(lit));
+                            match neg.eval(&[], &[]) {
+                                Ok(v) => Expr::Lit(v),
+                                Err(_) => neg,
+                            }
+                        }
                         other => Expr::Neg(bx(other)),
                     },
                     UnaryOperator::Plus => inner,

@@ -3,6 +3,8 @@
 //!
 //! - equality on every primary key column → one key read;
 //! - a single-column primary key `IN (constants)` → one batched key read;
+//! - equality on leading columns of an ordered index (`PRIMARY` included) and/or a range on
+//!   the next one → an index range scan (the filters are pushed down with it);
 //! - otherwise a scan of every partition with the simple `column <op> constant` conjuncts pushed
 //!   down as data-node filters.
 //!
@@ -10,6 +12,7 @@
 //! ([`SqlType::exact_storage`]), so they never drop a row the WHERE clause would keep; the
 //! executor evaluates the whole WHERE clause again on every row it gets.
 
+use shoal_client::IndexRange;
 use shoal_proto::filter::{CmpOp, Filter};
 use shoal_proto::Value;
 
@@ -31,6 +34,8 @@ pub enum Access {
     /// A scan of the one partition every matching row lives in (equality on the whole
     /// partition key of a `PARTITION BY KEY` table), with filters.
     Partition(u32, Vec<Filter>),
+    /// A range of an ordered index, in every partition or the one named, with filters.
+    Range(IndexRange, Option<u32>, Vec<Filter>),
 }
 
 impl Access {
@@ -43,13 +48,20 @@ impl Access {
             Access::Scan(f) if f.is_empty() => "full scan".into(),
             Access::Scan(f) => format!("scan with {} pushed-down filter(s)", f.len()),
             Access::Partition(p, f) => format!("scan of partition {p} with {} pushed-down filter(s)", f.len()),
+            Access::Range(r, p, f) => format!(
+                "range scan of index {} ({}){} with {} pushed-down filter(s)",
+                r.index,
+                describe_range(r),
+                p.map_or(String::new(), |p| format!(" in partition {p}")),
+                f.len()
+            ),
         }
     }
 
     /// The data-node filters of a scan.
     pub fn filters(&self) -> &[Filter] {
         match self {
-            Access::Scan(f) | Access::Partition(_, f) => f,
+            Access::Scan(f) | Access::Partition(_, f) | Access::Range(_, _, f) => f,
             _ => &[],
         }
     }
@@ -183,10 +195,139 @@ pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
             }
         }
     }
+    if let Some(range) = index_range(t, &conj) {
+        return Access::Range(range, partition, filters);
+    }
     match partition {
         Some(p) => Access::Partition(p, filters),
         None => Access::Scan(filters),
     }
+}
+
+/// `lower ≤ / < column`, `column ≤ / < upper` bounds of one column from the conjuncts (exact
+/// storage values only); equal bounds from `=`.
+#[derive(Default)]
+struct Bounds {
+    eq: Option<Value>,
+    lower: Option<(Value, bool)>,
+    upper: Option<(Value, bool)>,
+}
+
+fn bounds_of(t: &TableRef, conj: &[&Expr], col: usize) -> Bounds {
+    let mut b = Bounds::default();
+    let exact = |v: &Val| t.types[col].exact_storage(v);
+    for e in conj {
+        match e {
+            Expr::Between(x, lo, hi, false) if matches!(x.as_ref(), Expr::Col(c) if *c == col) => {
+                if let (Expr::Lit(lo), Expr::Lit(hi)) = (lo.as_ref(), hi.as_ref()) {
+                    if let (Some(lo), Some(hi)) = (exact(lo), exact(hi)) {
+                        b.lower.get_or_insert((lo, true));
+                        b.upper.get_or_insert((hi, true));
+                    }
+                }
+            }
+            other => {
+                let Some((c, op, v)) = column_vs_const(other) else { continue };
+                if c != col {
+                    continue;
+                }
+                let Some(sv) = exact(v) else { continue };
+                match op {
+                    Cmp::Eq => b.eq = Some(sv),
+                    Cmp::Gt => {
+                        b.lower.get_or_insert((sv, false));
+                    }
+                    Cmp::Ge => {
+                        b.lower.get_or_insert((sv, true));
+                    }
+                    Cmp::Lt => {
+                        b.upper.get_or_insert((sv, false));
+                    }
+                    Cmp::Le => {
+                        b.upper.get_or_insert((sv, true));
+                    }
+                    Cmp::Ne | Cmp::NullSafeEq => {}
+                }
+            }
+        }
+    }
+    b
+}
+
+/// The best ordered-index range for the conjuncts: the index with the most leading columns
+/// bound by equality, then a range on the next column. None when no index helps.
+fn index_range(t: &TableRef, conj: &[&Expr]) -> Option<IndexRange> {
+    let mut best: Option<(usize, IndexRange)> = None;
+    for ix in &t.table.indexes {
+        let mut prefix = vec![];
+        let mut range = None;
+        for &c in &ix.columns {
+            let b = bounds_of(t, conj, c as usize);
+            if let Some(v) = b.eq {
+                prefix.push(v);
+                continue;
+            }
+            if b.lower.is_some() || b.upper.is_some() {
+                range = Some(b);
+            }
+            break;
+        }
+        let score = prefix.len() * 2 + usize::from(range.is_some());
+        if score == 0 || best.as_ref().is_some_and(|(s, _)| *s >= score) {
+            continue;
+        }
+        let mut r = IndexRange {
+            index: ix.name.clone(),
+            lower: prefix.clone(),
+            lower_inclusive: true,
+            upper: prefix,
+            upper_inclusive: true,
+            descending: false,
+        };
+        if let Some(b) = range {
+            match b.lower {
+                Some((v, inclusive)) => {
+                    r.lower.push(v);
+                    r.lower_inclusive = inclusive;
+                }
+                // `col < x` never matches NULL, which sorts first: start after the NULLs.
+                None => {
+                    r.lower.push(Value::Null);
+                    r.lower_inclusive = false;
+                }
+            }
+            if let Some((v, inclusive)) = b.upper {
+                r.upper.push(v);
+                r.upper_inclusive = inclusive;
+            }
+        }
+        best = Some((score, r));
+    }
+    best.map(|(_, r)| r)
+}
+
+fn describe_range(r: &IndexRange) -> String {
+    let one = |v: &Value| match v {
+        Value::Null => "NULL".to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Uint(u) => u.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Text(t) => format!("'{t}'"),
+        Value::Bytes(b) => format!("0x{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+    };
+    let show = |vals: &[Value]| vals.iter().map(one).collect::<Vec<_>>().join(", ");
+    let lo = if r.lower.is_empty() {
+        "-inf".to_string()
+    } else {
+        format!("{}{}", if r.lower_inclusive { "[" } else { "(" }, show(&r.lower))
+    };
+    let hi = if r.upper.is_empty() {
+        "+inf".to_string()
+    } else {
+        format!("{}{}", show(&r.upper), if r.upper_inclusive { "]" } else { ")" })
+    };
+    format!("{lo} .. {hi}")
 }
 
 #[cfg(test)]
