@@ -146,9 +146,14 @@ impl Session {
     ) -> tokio_stream::wrappers::ReceiverStream<Result<Vec<Value>, ShoalError>> {
         let only = match access {
             Access::Partition(p, _) => Some(*p),
-            Access::Range(range, only, filters) => {
-                let opts =
-                    shoal_client::IndexScanOptions { filters: filters.clone(), only: *only, ..Default::default() };
+            Access::Range(range, only, filters, ordered) => {
+                // An ORDER BY … LIMIT walk needs about `limit` rows from each partition.
+                let opts = shoal_client::IndexScanOptions {
+                    filters: filters.clone(),
+                    only: *only,
+                    batch_hint: ordered.limit,
+                    ..Default::default()
+                };
                 return self.client().scan_index(name, range.clone(), opts);
             }
             _ => None,
@@ -293,8 +298,12 @@ impl Session {
         if let Body::Select(sp) = &plan.body {
             if let From::Scan(scan) = &sp.from {
                 self.read_tables(plan, Some(scan)).await?;
-                let access = plan::choose(&scan.table, sp.filter.as_ref());
+                let mut access = plan::choose(&scan.table, sp.filter.as_ref());
                 let mut run = SelectRun::new(sp, None);
+                if let Some(ordered) = index_order(sp, &scan.table, &access) {
+                    access = ordered;
+                    run.presorted();
+                }
                 self.for_each_row(&scan.table, &access, |_, row| run.feed(row)).await?;
                 return run.finish();
             }
@@ -1053,4 +1062,26 @@ fn value_or_default(env: &crate::sql::bind::Env, e: &ast::Expr) -> SqlResult<Opt
         }
     }
     Ok(Some(Binder::new(env, None, "field list").bind(e)?.eval(&[], &[])?))
+}
+
+/// An index walk that yields a single-table SELECT's rows in its ORDER BY order, when the
+/// query has a LIMIT and nothing between the scan and the sort reorders or merges rows
+/// (grouping, DISTINCT, window functions), and every sort key is a plain column.
+pub(crate) fn index_order(sp: &crate::sql::query::SelectPlan, t: &TableRef, access: &Access) -> Option<Access> {
+    use crate::sql::expr::Expr;
+    use crate::sql::query::SortKey;
+    let limit = sp.limit?;
+    if sp.order.is_empty() || sp.grouped || sp.distinct || !sp.windows.is_empty() {
+        return None;
+    }
+    let mut order = vec![];
+    for (key, asc) in &sp.order {
+        let e = match key {
+            SortKey::Out(i) => sp.outputs.get(*i)?,
+            SortKey::Expr(e) => e,
+        };
+        let Expr::Col(c) = e else { return None };
+        order.push((*c, *asc));
+    }
+    plan::order_by_index(t, access, &order, limit.saturating_add(sp.offset))
 }

@@ -32,7 +32,17 @@ fn query(plan: &QueryPlan, prefix: &str, out: &mut Vec<Vec<String>>) {
             if matches!(s.from, From::Dual) {
                 out.push(vec![format!("{prefix}NULL"), "no table".into(), String::new(), String::new()]);
             }
-            from(&s.from, prefix, "", out);
+            match &s.from {
+                // As `run_plan` reads a single-table SELECT: its WHERE, maybe in ORDER BY order.
+                From::Scan(sc) => {
+                    let t = &sc.table;
+                    let a = plan::choose(t, s.filter.as_ref());
+                    let a = crate::exec::index_order(s, t, &a).unwrap_or(a);
+                    let name = t.alias.clone().unwrap_or_else(|| t.name.clone());
+                    out.push(vec![format!("{prefix}{name}"), a.describe(), pushed_text(t, &a), String::new()]);
+                }
+                other => from(other, prefix, "", out),
+            }
             let mut subs = 0;
             plan.each_expr(&mut |e| {
                 e.walk(&mut |x| {

@@ -35,7 +35,14 @@ pub enum Access {
     /// partition key of a `PARTITION BY KEY` table), with filters.
     Partition(u32, Vec<Filter>),
     /// A range of an ordered index, in every partition or the one named, with filters.
-    Range(IndexRange, Option<u32>, Vec<Filter>),
+    Range(IndexRange, Option<u32>, Vec<Filter>, Ordered),
+}
+
+/// Set when an index range also gives the query's ORDER BY: the rows arrive sorted, and the
+/// query needs only the first `limit` (LIMIT + OFFSET) that pass its WHERE clause.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Ordered {
+    pub limit: u32,
 }
 
 impl Access {
@@ -48,12 +55,17 @@ impl Access {
             Access::Scan(f) if f.is_empty() => "full scan".into(),
             Access::Scan(f) => format!("scan with {} pushed-down filter(s)", f.len()),
             Access::Partition(p, f) => format!("scan of partition {p} with {} pushed-down filter(s)", f.len()),
-            Access::Range(r, p, f) => format!(
-                "range scan of index {} ({}){} with {} pushed-down filter(s)",
+            Access::Range(r, p, f, o) => format!(
+                "{} of index {} ({}){} with {} pushed-down filter(s){}",
+                if r.lower.is_empty() && r.upper.is_empty() { "ordered scan" } else { "range scan" },
                 r.index,
                 describe_range(r),
                 p.map_or(String::new(), |p| format!(" in partition {p}")),
-                f.len()
+                f.len(),
+                match o.limit {
+                    0 => String::new(),
+                    n => format!(", in ORDER BY order: stops after {n} row(s)"),
+                }
             ),
         }
     }
@@ -61,7 +73,7 @@ impl Access {
     /// The data-node filters of a scan.
     pub fn filters(&self) -> &[Filter] {
         match self {
-            Access::Scan(f) | Access::Partition(_, f) | Access::Range(_, _, f) => f,
+            Access::Scan(f) | Access::Partition(_, f) | Access::Range(_, _, f, _) => f,
             _ => &[],
         }
     }
@@ -196,11 +208,49 @@ pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
         }
     }
     if let Some(range) = index_range(t, &conj) {
-        return Access::Range(range, partition, filters);
+        return Access::Range(range, partition, filters, Ordered::default());
     }
     match partition {
         Some(p) => Access::Partition(p, filters),
         None => Access::Scan(filters),
+    }
+}
+
+/// Turns `access` into an index walk in the order of `order` (table columns, ascending?) when
+/// an ordered index gives that order: a range already chosen on that index (its columns
+/// bound by equality may come first), or a full walk of an index instead of a plain scan.
+/// `want` is LIMIT + OFFSET. None when no index gives the order.
+pub fn order_by_index(t: &TableRef, access: &Access, order: &[(usize, bool)], want: u64) -> Option<Access> {
+    let asc = order.first()?.1;
+    if order.iter().any(|(_, a)| *a != asc) || want == 0 || want > u64::from(u32::MAX) {
+        return None;
+    }
+    let cols: Vec<u32> = order.iter().map(|(c, _)| *c as u32).collect();
+    // Where in the index the order columns may start: after any columns the range pins.
+    // Entries sort by the index columns, then by primary key.
+    let fits = |ix: &shoal_proto::IndexSpec, pinned: usize| {
+        let mut sorted_by = ix.columns.clone();
+        sorted_by.extend(t.table.spec.primary_key.iter().filter(|k| !ix.columns.contains(k)));
+        (0..=pinned.min(ix.columns.len())).any(|k| sorted_by[k..].starts_with(&cols))
+    };
+    let ordered = Ordered { limit: want as u32 };
+    match access {
+        Access::Range(r, p, f, _) => {
+            let ix = t.table.indexes.iter().find(|i| i.name == r.index)?;
+            let pinned = r.lower.iter().zip(&r.upper).take_while(|(a, b)| a == b && !matches!(a, Value::Null)).count();
+            fits(ix, pinned)
+                .then(|| Access::Range(IndexRange { descending: !asc, ..r.clone() }, *p, f.clone(), ordered))
+        }
+        Access::Scan(f) | Access::Partition(_, f) => {
+            let only = match access {
+                Access::Partition(p, _) => Some(*p),
+                _ => None,
+            };
+            let ix = t.table.indexes.iter().find(|ix| fits(ix, 0))?;
+            let range = IndexRange { index: ix.name.clone(), descending: !asc, ..Default::default() };
+            Some(Access::Range(range, only, f.clone(), ordered))
+        }
+        _ => None,
     }
 }
 

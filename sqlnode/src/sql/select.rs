@@ -168,6 +168,8 @@ pub struct SelectRun<'p> {
     concat_values: usize,
     /// Rows past HAVING waiting for their window function values.
     pending: crate::sql::window::Pending,
+    /// The input arrives in ORDER BY order (an index walk): no sort, stop at LIMIT + OFFSET.
+    presorted: bool,
 }
 
 impl<'p> SelectRun<'p> {
@@ -181,7 +183,13 @@ impl<'p> SelectRun<'p> {
             distinct_values: 0,
             concat_values: 0,
             pending: vec![],
+            presorted: false,
         }
+    }
+
+    /// Says the rows will be fed in ORDER BY order (see `presorted`).
+    pub fn presorted(&mut self) {
+        self.presorted = true;
     }
 
     fn new_group(&self, rep: Vec<Val>) -> Group {
@@ -296,7 +304,7 @@ impl<'p> SelectRun<'p> {
             .collect::<SqlResult<Vec<_>>>()?;
         self.buffer.push((keys, out));
         let wanted = p.limit.map(|l| l.saturating_add(p.offset) as usize);
-        if p.order.is_empty() && !p.distinct && !p.grouped {
+        if (p.order.is_empty() || self.presorted) && !p.distinct && !p.grouped {
             if let Some(w) = wanted {
                 return Ok(self.buffer.len() < w);
             }
@@ -355,7 +363,7 @@ impl<'p> SelectRun<'p> {
             let mut seen = HashSet::new();
             self.buffer.retain(|(_, out)| seen.insert(row_key(out)));
         }
-        if !p.order.is_empty() {
+        if !p.order.is_empty() && !self.presorted {
             self.sort();
         }
         let rows = std::mem::take(&mut self.buffer);
