@@ -288,24 +288,39 @@ impl Session {
     async fn statement(&mut self, stmt: Statement, sql: &str) -> SqlResult<Outcome> {
         match stmt {
             Statement::Query(q) => self.select(&q, sql).await,
+            // UPDATE, DELETE and INSERT … ON DUPLICATE KEY UPDATE read rows and write what they
+            // computed from them: they lock the rows they read, inside the session's transaction
+            // or (autocommit) one of their own, so no concurrent writer can slip in between
+            // (`k = k + 1` from two sessions never loses one) and the statement is atomic.
+            Statement::Insert(ins) if ins.on.is_some() => {
+                let implicit = self.begin_implicit().await;
+                self.set_read_lock(shoal_client::LockMode::Exclusive);
+                let out = self.insert(&ins, sql).await;
+                self.set_read_lock(shoal_client::LockMode::None);
+                let out = self.end_implicit(implicit, out).await;
+                self.note_write();
+                out
+            }
             Statement::Insert(ins) => {
                 let out = self.insert(&ins, sql).await;
                 self.note_write();
                 out
             }
-            // Inside a transaction UPDATE and DELETE lock the rows they read, so what they
-            // compute from a row cannot be overtaken by another transaction.
             Statement::Update(u) => {
+                let implicit = self.begin_implicit().await;
                 self.set_read_lock(shoal_client::LockMode::Exclusive);
                 let out = self.update(&u).await;
                 self.set_read_lock(shoal_client::LockMode::None);
+                let out = self.end_implicit(implicit, out).await;
                 self.note_write();
                 out
             }
             Statement::Delete(d) => {
+                let implicit = self.begin_implicit().await;
                 self.set_read_lock(shoal_client::LockMode::Exclusive);
                 let out = self.delete(&d).await;
                 self.set_read_lock(shoal_client::LockMode::None);
+                let out = self.end_implicit(implicit, out).await;
                 self.note_write();
                 out
             }

@@ -98,6 +98,33 @@ impl Session {
         self.kv_batch(ops).await.into_iter().collect()
     }
 
+    /// Opens a transaction for one statement when autocommit is on and none is open; returns
+    /// whether it did (then `end_implicit` must close it).
+    pub(crate) async fn begin_implicit(&self) -> bool {
+        let mut t = self.txn.lock().await;
+        if t.is_some() || !self.autocommit {
+            return false;
+        }
+        *t = Some(self.client().begin());
+        true
+    }
+
+    /// Commits the statement's own transaction if it succeeded, rolls it back otherwise.
+    pub(crate) async fn end_implicit<T>(&self, implicit: bool, out: SqlResult<T>) -> SqlResult<T> {
+        if !implicit {
+            return out;
+        }
+        // None when the cluster already rolled it back (the statement then failed).
+        let Some(t) = self.txn.lock().await.take() else { return out };
+        match out {
+            Ok(v) => t.commit().await.map(|_| v).map_err(|e| crate::error::SqlError::from_cluster(&e)),
+            Err(e) => {
+                let _ = t.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
     /// BEGIN: commits an open transaction first, as MySQL does.
     pub(crate) async fn txn_begin(&self) -> SqlResult<()> {
         self.txn_commit().await?;
