@@ -7,6 +7,7 @@ pub mod batcher;
 mod index;
 pub mod mgmd;
 mod txn;
+pub mod users;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -827,7 +828,10 @@ fn route(
 impl Inner {
     fn install(&self, m: ClusterState) {
         let cur = self.map.load();
-        if m.epoch > cur.epoch || (m.epoch == cur.epoch && m.gci_complete > cur.gci_complete) {
+        // gci_complete and users_version advance without a new epoch; within one epoch a newer
+        // map has neither smaller (they come from one Raft log).
+        let newer_same_epoch = (m.gci_complete, m.users_version) > (cur.gci_complete, cur.users_version);
+        if m.epoch > cur.epoch || (m.epoch == cur.epoch && newer_same_epoch) {
             let (e, g) = (m.epoch, m.gci_complete);
             self.map.store(Arc::new(m));
             self.epoch_tx.send_if_modified(|old| std::mem::replace(old, e) != e);

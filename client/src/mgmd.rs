@@ -98,7 +98,7 @@ impl MgmdPool {
             .into_iter()
             .filter_map(|r| r.ok()?.ok())
             .filter_map(|r| ClusterState::try_from(r.into_inner()).ok())
-            .max_by_key(|s| s.epoch)
+            .max_by_key(|s| (s.epoch, s.gci_complete, s.users_version))
             .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "no mgmd answered"))
     }
 

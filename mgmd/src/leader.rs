@@ -582,13 +582,13 @@ impl Leader {
                 tracing::info!(
                     "ignoring a failure report about node {node_id} from node {reporter}, which is not up: {reason}"
                 );
-                return Ok(Outcome { epoch: cluster.epoch, table: None });
+                return Ok(Outcome { epoch: cluster.epoch, ..Outcome::default() });
             }
             if node.state == NodeState::Down || t.downs_in_flight.contains(&node_id) {
                 tracing::info!(
                     "data node {node_id} reported failed by {reporter} ({reason}): already down or going down"
                 );
-                return Ok(Outcome { epoch: cluster.epoch, table: None });
+                return Ok(Outcome { epoch: cluster.epoch, ..Outcome::default() });
             }
             // From here on heartbeats get no new lease, so the fence below cannot move.
             t.downs_in_flight.insert(node_id);

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use shoal_proto::convert::state_to_pb;
 use shoal_proto::pb;
-use shoal_proto::{ErrorCode, IndexSpec, ShoalError, TableSpec, MAX_TABLE_NAME_BYTES};
+use shoal_proto::{
+    AccountName, ErrorCode, IndexSpec, PasswordHashes, ShoalError, TableSpec, UserAccount, MAX_TABLE_NAME_BYTES,
+};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -46,8 +48,13 @@ impl MgmdService {
 
     fn admin(&self, res: CommandResult) -> Response<pb::AdminResponse> {
         Response::new(match res {
-            Ok(o) => pb::AdminResponse { error: None, epoch: o.epoch, table: o.table.as_ref().map(pb::Table::from) },
-            Err(e) => pb::AdminResponse { error: Some(e.into()), epoch: self.epoch(), table: None },
+            Ok(o) => pb::AdminResponse {
+                error: None,
+                epoch: o.epoch,
+                table: o.table.as_ref().map(pb::Table::from),
+                users_version: o.users_version,
+            },
+            Err(e) => pb::AdminResponse { error: Some(e.into()), epoch: self.epoch(), table: None, users_version: 0 },
         })
     }
 
@@ -127,8 +134,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             return Err(Status::resource_exhausted(format!("this mgmd serves at most {MAX_WATCHERS} watchers")));
         }
         let slot = WatcherSlot(self.watchers.clone());
-        // Sent on every new epoch and every completed global checkpoint.
-        let mut last = (req.into_inner().known_epoch, 0);
+        // Sent on every new epoch, every completed global checkpoint and every change of users.
+        let mut last = (req.into_inner().known_epoch, 0, 0);
         let (tx, rx) = mpsc::channel(WATCH_QUEUE_DEPTH);
         let mut states = self.consensus.published.subscribe();
         let mut shutdown = self.shutdown.clone();
@@ -136,8 +143,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             let _slot = slot;
             loop {
                 let cur = states.borrow_and_update().clone();
-                if (cur.epoch, cur.gci_complete) != last {
-                    last = (cur.epoch, cur.gci_complete);
+                if (cur.epoch, cur.gci_complete, cur.users_version) != last {
+                    last = (cur.epoch, cur.gci_complete, cur.users_version);
                     tokio::select! {
                         r = tx.send(Ok(pb::ClusterState::from(&*cur))) => if r.is_err() { break },
                         _ = shutdown.wait_for(|&s| s) => break,
@@ -202,7 +209,7 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             Ok(()) => None,
             Err(e) => Some(e.into()),
         };
-        Ok(Response::new(pb::AdminResponse { error, epoch: 0, table: None }))
+        Ok(Response::new(pb::AdminResponse { error, epoch: 0, table: None, users_version: 0 }))
     }
 
     async fn node_synced(&self, req: Request<pb::NodeSyncedRequest>) -> Result<Response<pb::AdminResponse>, Status> {
@@ -271,6 +278,31 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         Ok(self.admin(res))
     }
 
+    async fn create_users(&self, req: Request<pb::CreateUsersRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        Ok(self.users_command(UserRequest::Create(req.into_inner())).await)
+    }
+
+    async fn drop_users(&self, req: Request<pb::DropUsersRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        Ok(self.users_command(UserRequest::Drop(req.into_inner())).await)
+    }
+
+    async fn set_password(&self, req: Request<pb::SetPasswordRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        Ok(self.users_command(UserRequest::SetPassword(req.into_inner())).await)
+    }
+
+    async fn grant(&self, req: Request<pb::GrantRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        Ok(self.users_command(UserRequest::Grant(req.into_inner())).await)
+    }
+
+    async fn list_users(&self, _: Request<pb::Empty>) -> Result<Response<pb::UsersResponse>, Status> {
+        let users = self.consensus.published.users();
+        Ok(Response::new(pb::UsersResponse {
+            error: None,
+            users_version: users.0,
+            users: users.1.iter().map(pb::UserAccount::from).collect(),
+        }))
+    }
+
     async fn drop_table(&self, req: Request<pb::DropTableRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
         let res = if r.name.is_empty() || r.name.len() > MAX_TABLE_NAME_BYTES {
@@ -280,6 +312,63 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             self.on_leader(Command::DropTable { name: r.name, if_exists: r.if_exists }).await
         };
         Ok(self.admin(res))
+    }
+}
+
+/// At most this many accounts in one request (MAX_USERS bounds the table anyway).
+pub const MAX_ACCOUNTS_PER_REQUEST: usize = shoal_proto::users::MAX_USERS;
+
+fn accounts_from_pb(accounts: Vec<pb::AccountName>) -> Result<Vec<AccountName>, ShoalError> {
+    if accounts.is_empty() || accounts.len() > MAX_ACCOUNTS_PER_REQUEST {
+        return Err(invalid(format!("name 1..={MAX_ACCOUNTS_PER_REQUEST} accounts")));
+    }
+    accounts.into_iter().map(AccountName::try_from).collect()
+}
+
+fn users_command_from_pb(req: UserRequest) -> Result<Command, ShoalError> {
+    Ok(match req {
+        UserRequest::Create(r) => {
+            if r.users.is_empty() || r.users.len() > MAX_ACCOUNTS_PER_REQUEST {
+                return Err(invalid(format!("name 1..={MAX_ACCOUNTS_PER_REQUEST} accounts")));
+            }
+            let users = r.users.into_iter().map(UserAccount::try_from).collect::<Result<_, _>>()?;
+            Command::CreateUsers { users, if_not_exists: r.if_not_exists }
+        }
+        UserRequest::Drop(r) => Command::DropUsers { accounts: accounts_from_pb(r.accounts)?, if_exists: r.if_exists },
+        UserRequest::SetPassword(r) => {
+            let if_exists = r.if_exists;
+            let (account, password) = <(AccountName, PasswordHashes)>::try_from(r)?;
+            Command::SetPassword { account, password, if_exists }
+        }
+        UserRequest::Grant(r) => {
+            let database = (!r.database.is_empty()).then_some(r.database);
+            if let Some(db) = &database {
+                shoal_proto::users::check_grant_db(db)?;
+            }
+            Command::Grant { accounts: accounts_from_pb(r.accounts)?, database, revoke: r.revoke }
+        }
+    })
+}
+
+/// The user-changing requests, converted in one place.
+enum UserRequest {
+    Create(pb::CreateUsersRequest),
+    Drop(pb::DropUsersRequest),
+    SetPassword(pb::SetPasswordRequest),
+    Grant(pb::GrantRequest),
+}
+
+impl MgmdService {
+    async fn users_command(&self, req: UserRequest) -> Response<pb::AdminResponse> {
+        let res = match users_command_from_pb(req) {
+            Err(e) => Err(e),
+            Ok(cmd) => {
+                // Names only: never the hashes.
+                tracing::info!("{} requested", cmd.kind());
+                self.on_leader(cmd).await
+            }
+        };
+        self.admin(res)
     }
 }
 

@@ -6,9 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 use shoal_proto::config::ClusterConfig;
+use shoal_proto::users::{account_list, MAX_GRANTS_PER_USER, MAX_USERS};
 use shoal_proto::{
-    ClusterState, Epoch, ErrorCode, IndexSpec, Node, NodeId, NodeKind, NodeState, PartitionAssignment, PartitionId,
-    Replica, RolledBack, ShoalError, Table, TableSpec, MAX_INDEXES,
+    AccountName, ClusterState, Epoch, ErrorCode, IndexSpec, Node, NodeId, NodeKind, NodeState, PartitionAssignment,
+    PartitionId, PasswordHashes, Replica, RolledBack, ShoalError, Table, TableSpec, UserAccount, MAX_INDEXES,
 };
 
 /// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
@@ -84,6 +85,27 @@ pub enum Command {
         gci: u64,
         restorable: Vec<NodeId>,
     },
+    /// SQL users (all-or-nothing, like MySQL's account statements). User commands change no
+    /// map, so they raise `users_version`, never the epoch.
+    CreateUsers {
+        users: Vec<UserAccount>,
+        if_not_exists: bool,
+    },
+    DropUsers {
+        accounts: Vec<AccountName>,
+        if_exists: bool,
+    },
+    SetPassword {
+        account: AccountName,
+        password: PasswordHashes,
+        if_exists: bool,
+    },
+    /// GRANT (or REVOKE, `revoke`) ALL PRIVILEGES ON `database`.* — ON *.* when None.
+    Grant {
+        accounts: Vec<AccountName>,
+        database: Option<String>,
+        revoke: bool,
+    },
 }
 
 impl Command {
@@ -100,6 +122,10 @@ impl Command {
             Command::DropIndex { .. } => "drop-index",
             Command::Rebalance => "rebalance",
             Command::GciComplete { .. } => "gci-complete",
+            Command::CreateUsers { .. } => "create-users",
+            Command::DropUsers { .. } => "drop-users",
+            Command::SetPassword { .. } => "set-password",
+            Command::Grant { .. } => "grant",
         }
     }
 }
@@ -108,6 +134,9 @@ impl Command {
 pub struct Outcome {
     pub epoch: Epoch,
     pub table: Option<Table>,
+    /// The users version after a user command.
+    #[serde(default)]
+    pub users_version: u64,
 }
 
 pub type CommandResult = Result<Outcome, ShoalError>;
@@ -117,6 +146,19 @@ pub struct Model {
     pub config: Option<ClusterConfig>,
     pub cluster: ClusterState,
     pub next_table_id: u32,
+    /// The catalog's SQL users. A model saved before users existed loads with the initial root
+    /// account, which is what SQL nodes then accepted.
+    #[serde(default = "initial_users")]
+    pub users: Vec<UserAccount>,
+}
+
+fn initial_users() -> Vec<UserAccount> {
+    vec![UserAccount::initial_root()]
+}
+
+/// Where `account` is in `users`.
+fn find_user(users: &[UserAccount], account: &AccountName) -> Option<usize> {
+    users.iter().position(|u| u.account.is(&account.name, &account.host))
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
@@ -157,9 +199,14 @@ impl Model {
     }
 
     pub fn apply(&mut self, cmd: Command) -> CommandResult {
-        if let Command::GciComplete { gci, restorable } = cmd {
-            return self.gci_complete(gci, &restorable);
-        }
+        let cmd = match cmd {
+            Command::GciComplete { gci, restorable } => return self.gci_complete(gci, &restorable),
+            Command::CreateUsers { .. }
+            | Command::DropUsers { .. }
+            | Command::SetPassword { .. }
+            | Command::Grant { .. } => return self.users_command(cmd),
+            cmd => cmd,
+        };
         let before = self.cluster.clone();
         let result = match cmd {
             Command::Bootstrap { config } => self.bootstrap(config),
@@ -171,7 +218,11 @@ impl Model {
             Command::CreateIndex { table, index, if_not_exists } => self.create_index(&table, index, if_not_exists),
             Command::DropIndex { table, name, if_exists } => self.drop_index(&table, &name, if_exists),
             Command::Rebalance => self.rebalance(),
-            Command::GciComplete { .. } => unreachable!("handled above"),
+            Command::GciComplete { .. }
+            | Command::CreateUsers { .. }
+            | Command::DropUsers { .. }
+            | Command::SetPassword { .. }
+            | Command::Grant { .. } => unreachable!("handled above"),
         };
         match result {
             Ok(mut out) => {
@@ -218,7 +269,106 @@ impl Model {
                 n.restorable_gci = n.restorable_gci.max(gci);
             }
         }
-        Ok(Outcome { epoch: self.cluster.epoch, table: None })
+        Ok(Outcome { epoch: self.cluster.epoch, ..Outcome::default() })
+    }
+
+    /// Applies a user command to a copy of the user table and keeps it only if the whole
+    /// command succeeded and an account that can manage users is left.
+    fn users_command(&mut self, cmd: Command) -> CommandResult {
+        self.config()?;
+        let mut users = self.users.clone();
+        let mut failed: Vec<AccountName> = vec![];
+        let failure_code = match cmd {
+            Command::CreateUsers { users: new, if_not_exists } => {
+                for u in new {
+                    u.validate()?;
+                    if find_user(&users, &u.account).is_some() {
+                        if !if_not_exists {
+                            failed.push(u.account);
+                        }
+                    } else {
+                        users.push(u);
+                    }
+                }
+                if users.len() > MAX_USERS {
+                    return Err(err(ErrorCode::TooLarge, format!("the cluster holds at most {MAX_USERS} accounts")));
+                }
+                ErrorCode::UserExists
+            }
+            Command::DropUsers { accounts, if_exists } => {
+                for a in accounts {
+                    match find_user(&users, &a) {
+                        Some(i) => {
+                            users.remove(i);
+                        }
+                        None if !if_exists => failed.push(a),
+                        None => {}
+                    }
+                }
+                ErrorCode::NoSuchUser
+            }
+            Command::SetPassword { account, password, if_exists } => {
+                password.validate()?;
+                match find_user(&users, &account) {
+                    Some(i) => users[i].password = password,
+                    None if !if_exists => failed.push(account),
+                    None => {}
+                }
+                ErrorCode::NoSuchUser
+            }
+            Command::Grant { accounts, database, revoke } => {
+                if let Some(db) = &database {
+                    shoal_proto::users::check_grant_db(db)?;
+                }
+                for a in accounts {
+                    let Some(i) = find_user(&users, &a) else {
+                        failed.push(a);
+                        continue;
+                    };
+                    let u = &mut users[i];
+                    let held = match &database {
+                        None => u.global_all,
+                        Some(db) => u.databases.iter().any(|d| d.eq_ignore_ascii_case(db)),
+                    };
+                    match (&database, revoke) {
+                        (_, true) if !held => failed.push(a),
+                        (None, _) => u.global_all = !revoke,
+                        (Some(db), true) => u.databases.retain(|d| !d.eq_ignore_ascii_case(db)),
+                        (Some(_), false) if held => {}
+                        (Some(db), false) => {
+                            if u.databases.len() >= MAX_GRANTS_PER_USER {
+                                return Err(err(
+                                    ErrorCode::TooLarge,
+                                    format!("an account holds at most {MAX_GRANTS_PER_USER} database grants"),
+                                ));
+                            }
+                            u.databases.push(db.clone());
+                        }
+                    }
+                }
+                if revoke {
+                    ErrorCode::NoSuchGrant
+                } else {
+                    ErrorCode::NoSuchUser
+                }
+            }
+            _ => unreachable!("only user commands come here"),
+        };
+        if !failed.is_empty() {
+            // The message is the account list, as MySQL quotes it (see shoal.proto).
+            return Err(err(failure_code, account_list(&failed)));
+        }
+        if !users.iter().any(|u| u.global_all) {
+            return Err(err(
+                ErrorCode::InvalidArgument,
+                "the last account with ALL PRIVILEGES ON *.* cannot be dropped or lose them",
+            ));
+        }
+        if users != self.users {
+            self.users = users;
+            self.cluster.users_version += 1;
+        }
+        Ok(Outcome { epoch: self.cluster.epoch, table: None, users_version: self.cluster.users_version })
     }
 
     /// Whether a node of a group with no live replica may start the group from its own files:
@@ -282,6 +432,9 @@ impl Model {
             .collect();
         self.cluster.nodes = nodes;
         self.next_table_id = 1;
+        // A fresh cluster has one account, explicit in the catalog so its password can change.
+        self.users = initial_users();
+        self.cluster.users_version = 1;
         self.config = Some(config);
         Ok(Outcome::default())
     }
@@ -484,7 +637,7 @@ impl Model {
         let partition_count = self.config()?.partition_count();
         if let Some(t) = self.cluster.table(&spec.name) {
             if if_not_exists {
-                return Ok(Outcome { epoch: 0, table: Some(t.clone()) });
+                return Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() });
             }
             return Err(err(ErrorCode::TableExists, format!("table {} already exists", spec.name)));
         }
@@ -499,7 +652,7 @@ impl Model {
         }
         self.next_table_id += 1;
         self.cluster.tables.push(table.clone());
-        Ok(Outcome { epoch: 0, table: Some(table) })
+        Ok(Outcome { epoch: 0, table: Some(table), ..Outcome::default() })
     }
 
     fn table_mut(&mut self, name: &str) -> Result<&mut Table, ShoalError> {
@@ -515,13 +668,13 @@ impl Model {
         let t = self.table_mut(table)?;
         if t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&index.name)) {
             if if_not_exists {
-                return Ok(Outcome { epoch: 0, table: Some(t.clone()) });
+                return Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() });
             }
             return Err(err(ErrorCode::TableExists, format!("index {} already exists on {table}", index.name)));
         }
         add_index(t, index)?;
         t.schema_version += 1;
-        Ok(Outcome { epoch: 0, table: Some(t.clone()) })
+        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
     }
 
     fn drop_index(&mut self, table: &str, name: &str, if_exists: bool) -> CommandResult {
@@ -531,12 +684,12 @@ impl Model {
         t.indexes.retain(|i| !i.name.eq_ignore_ascii_case(name));
         if t.indexes.len() == before {
             if if_exists {
-                return Ok(Outcome { epoch: 0, table: Some(t.clone()) });
+                return Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() });
             }
             return Err(err(ErrorCode::InvalidArgument, format!("index {name} does not exist on {table}")));
         }
         t.schema_version += 1;
-        Ok(Outcome { epoch: 0, table: Some(t.clone()) })
+        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
     }
 
     fn drop_table(&mut self, name: &str, if_exists: bool) -> CommandResult {
@@ -852,5 +1005,93 @@ mod tests {
         let gone = Command::DropIndex { table: "t".into(), name: "by_v".into(), if_exists: false };
         assert!(m.apply(gone).is_err());
         assert_eq!(m.cluster.tables[0].indexes.len(), 1);
+    }
+
+    fn user(name: &str, host: &str) -> UserAccount {
+        UserAccount {
+            account: AccountName::new(name, host),
+            password: PasswordHashes { plugin: Default::default(), native: vec![1; 20], sha2: vec![2; 32] },
+            global_all: false,
+            databases: vec![],
+        }
+    }
+
+    #[test]
+    fn users_start_with_root_and_change_all_or_nothing_without_a_new_epoch() {
+        let mut m = started(1, 2);
+        assert_eq!(m.users, vec![UserAccount::initial_root()], "a fresh cluster has root with no password");
+        let (epoch, v0) = (m.cluster.epoch, m.cluster.users_version);
+        assert!(v0 > 0);
+        let out = m
+            .apply(Command::CreateUsers {
+                users: vec![user("ann", "%"), user("bob", "10.0.0.%")],
+                if_not_exists: false,
+            })
+            .unwrap();
+        assert_eq!(out.users_version, v0 + 1);
+        assert_eq!(m.cluster.epoch, epoch, "users are no part of the map");
+        // One existing account fails the whole statement, naming it.
+        let e = m
+            .apply(Command::CreateUsers { users: vec![user("cid", "%"), user("ann", "%")], if_not_exists: false })
+            .unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (ErrorCode::UserExists, "'ann'@'%'"));
+        assert_eq!(m.users.len(), 3);
+        m.apply(Command::CreateUsers { users: vec![user("cid", "%"), user("ann", "%")], if_not_exists: true }).unwrap();
+        assert_eq!(m.users.len(), 4);
+        // Hosts compare case-insensitively, names exactly.
+        let e = m.apply(Command::DropUsers { accounts: vec![AccountName::new("ANN", "%")], if_exists: false });
+        assert_eq!(e.unwrap_err().code, ErrorCode::NoSuchUser);
+        let v = m.cluster.users_version;
+        m.apply(Command::DropUsers { accounts: vec![AccountName::new("nobody", "%")], if_exists: true }).unwrap();
+        assert_eq!(m.cluster.users_version, v, "a no-op changes nothing");
+        // Grants.
+        let ann = || vec![AccountName::new("ann", "%")];
+        m.apply(Command::Grant { accounts: ann(), database: Some("Shop".into()), revoke: false }).unwrap();
+        m.apply(Command::Grant { accounts: ann(), database: Some("shop".into()), revoke: false }).unwrap();
+        assert_eq!(m.users[1].databases, vec!["Shop".to_string()]);
+        let e = m.apply(Command::Grant { accounts: ann(), database: None, revoke: true }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoSuchGrant);
+        m.apply(Command::Grant { accounts: ann(), database: Some("SHOP".into()), revoke: true }).unwrap();
+        assert!(m.users[1].databases.is_empty());
+        let e = m
+            .apply(Command::Grant { accounts: vec![AccountName::new("zed", "%")], database: None, revoke: false })
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NoSuchUser);
+        // Passwords.
+        let pw = PasswordHashes {
+            plugin: shoal_proto::AuthPlugin::CachingSha2Password,
+            native: vec![3; 20],
+            sha2: vec![4; 32],
+        };
+        m.apply(Command::SetPassword {
+            account: AccountName::new("root", "%"),
+            password: pw.clone(),
+            if_exists: false,
+        })
+        .unwrap();
+        assert_eq!(m.users[0].password, pw);
+        let bad = PasswordHashes { native: vec![1; 3], ..pw };
+        let e =
+            m.apply(Command::SetPassword { account: AccountName::new("root", "%"), password: bad, if_exists: false });
+        assert_eq!(e.unwrap_err().code, ErrorCode::InvalidArgument);
+        // The last account that can manage users stays.
+        let root = || vec![AccountName::new("root", "%")];
+        let e = m.apply(Command::DropUsers { accounts: root(), if_exists: false }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        let e = m.apply(Command::Grant { accounts: root(), database: None, revoke: true }).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        m.apply(Command::Grant { accounts: ann(), database: None, revoke: false }).unwrap();
+        m.apply(Command::DropUsers { accounts: root(), if_exists: false }).unwrap();
+        assert!(m.users.iter().all(|u| u.account.name != "root"));
+        assert_eq!(m.cluster.epoch, epoch);
+    }
+
+    #[test]
+    fn a_model_saved_before_users_loads_with_root() {
+        let m = started(1, 2);
+        let mut json: serde_json::Value = serde_json::to_value(&m).unwrap();
+        json.as_object_mut().unwrap().remove("users");
+        let back: Model = serde_json::from_value(json).unwrap();
+        assert_eq!(back.users, vec![UserAccount::initial_root()]);
     }
 }

@@ -4,6 +4,7 @@
 use crate::error::{ErrorCode, ShoalError};
 use crate::pb;
 use crate::types::*;
+use crate::users::{AccountName, AuthPlugin, PasswordHashes, UserAccount};
 
 fn bad(msg: impl Into<String>) -> ShoalError {
     ShoalError::new(ErrorCode::InvalidArgument, msg)
@@ -245,6 +246,7 @@ impl From<&ClusterState> for pb::ClusterState {
                 .iter()
                 .map(|r| pb::GciRange { after: r.after, through: r.through, node_group: r.node_group })
                 .collect(),
+            users_version: s.users_version,
         }
     }
 }
@@ -309,7 +311,83 @@ impl TryFrom<pb::ClusterState> for ClusterState {
                 .into_iter()
                 .map(|r| crate::types::RolledBack { node_group: r.node_group, after: r.after, through: r.through })
                 .collect(),
+            users_version: s.users_version,
         })
+    }
+}
+
+// ----- SQL users -----
+
+pub fn auth_plugin_to_pb(p: AuthPlugin) -> pb::AuthPlugin {
+    match p {
+        AuthPlugin::NativePassword => pb::AuthPlugin::NativePassword,
+        AuthPlugin::CachingSha2Password => pb::AuthPlugin::CachingSha2Password,
+    }
+}
+
+pub fn auth_plugin_from_pb(p: i32) -> Result<AuthPlugin, ShoalError> {
+    match pb::AuthPlugin::try_from(p) {
+        Ok(pb::AuthPlugin::NativePassword) => Ok(AuthPlugin::NativePassword),
+        Ok(pb::AuthPlugin::CachingSha2Password) => Ok(AuthPlugin::CachingSha2Password),
+        _ => Err(bad(format!("unknown authentication plugin {p}"))),
+    }
+}
+
+impl From<&AccountName> for pb::AccountName {
+    fn from(a: &AccountName) -> pb::AccountName {
+        pb::AccountName { name: a.name.clone(), host: a.host.clone() }
+    }
+}
+
+impl TryFrom<pb::AccountName> for AccountName {
+    type Error = ShoalError;
+    fn try_from(a: pb::AccountName) -> Result<AccountName, ShoalError> {
+        let a = AccountName { name: a.name, host: a.host };
+        a.validate()?;
+        Ok(a)
+    }
+}
+
+impl TryFrom<pb::SetPasswordRequest> for (AccountName, PasswordHashes) {
+    type Error = ShoalError;
+    fn try_from(r: pb::SetPasswordRequest) -> Result<(AccountName, PasswordHashes), ShoalError> {
+        let account = AccountName::try_from(r.account.ok_or_else(|| bad("missing account"))?)?;
+        let hashes =
+            PasswordHashes { plugin: auth_plugin_from_pb(r.plugin)?, native: r.native_hash, sha2: r.sha2_hash };
+        hashes.validate()?;
+        Ok((account, hashes))
+    }
+}
+
+impl From<&UserAccount> for pb::UserAccount {
+    fn from(u: &UserAccount) -> pb::UserAccount {
+        pb::UserAccount {
+            name: u.account.name.clone(),
+            host: u.account.host.clone(),
+            plugin: auth_plugin_to_pb(u.password.plugin) as i32,
+            native_hash: u.password.native.clone(),
+            sha2_hash: u.password.sha2.clone(),
+            global_all: u.global_all,
+            databases: u.databases.clone(),
+        }
+    }
+}
+
+impl TryFrom<pb::UserAccount> for UserAccount {
+    type Error = ShoalError;
+    fn try_from(u: pb::UserAccount) -> Result<UserAccount, ShoalError> {
+        let user = UserAccount {
+            account: AccountName { name: u.name, host: u.host },
+            password: PasswordHashes {
+                plugin: auth_plugin_from_pb(u.plugin)?,
+                native: u.native_hash,
+                sha2: u.sha2_hash,
+            },
+            global_all: u.global_all,
+            databases: u.databases,
+        };
+        user.validate()?;
+        Ok(user)
     }
 }
 

@@ -28,6 +28,9 @@ pub enum ErrorCode {
     LockWaitTimeout,
     TxnAborted,
     TooManyLocks,
+    UserExists,
+    NoSuchUser,
+    NoSuchGrant,
 }
 
 impl ErrorCode {
@@ -56,6 +59,9 @@ impl ErrorCode {
             ErrorCode::LockWaitTimeout => P::LockWaitTimeout,
             ErrorCode::TxnAborted => P::TxnAborted,
             ErrorCode::TooManyLocks => P::TooManyLocks,
+            ErrorCode::UserExists => P::UserExists,
+            ErrorCode::NoSuchUser => P::NoSuchUser,
+            ErrorCode::NoSuchGrant => P::NoSuchGrant,
         }) as i32
     }
 
@@ -83,6 +89,9 @@ impl ErrorCode {
             P::LockWaitTimeout => ErrorCode::LockWaitTimeout,
             P::TxnAborted => ErrorCode::TxnAborted,
             P::TooManyLocks => ErrorCode::TooManyLocks,
+            P::UserExists => ErrorCode::UserExists,
+            P::NoSuchUser => ErrorCode::NoSuchUser,
+            P::NoSuchGrant => ErrorCode::NoSuchGrant,
         }
     }
 
@@ -110,6 +119,9 @@ impl ErrorCode {
             ErrorCode::LockWaitTimeout => "LOCK_WAIT_TIMEOUT",
             ErrorCode::TxnAborted => "TXN_ABORTED",
             ErrorCode::TooManyLocks => "TOO_MANY_LOCKS",
+            ErrorCode::UserExists => "USER_EXISTS",
+            ErrorCode::NoSuchUser => "NO_SUCH_USER",
+            ErrorCode::NoSuchGrant => "NO_SUCH_GRANT",
         }
     }
 

@@ -13,6 +13,7 @@ pub mod filter;
 pub mod grpc;
 pub mod hash;
 pub mod types;
+pub mod users;
 
 /// Generated protobuf and gRPC code.
 #[allow(clippy::all, missing_docs)]
@@ -22,3 +23,4 @@ pub mod pb {
 
 pub use error::{ErrorCode, ShoalError};
 pub use types::*;
+pub use users::{AccountName, AuthPlugin, PasswordHashes, UserAccount};

@@ -412,6 +412,10 @@ pub struct ClusterState {
     /// GCI below `gci_complete` is durable for a group only if it is in none of its ranges.
     #[serde(default)]
     pub rolled_back: Vec<RolledBack>,
+    /// Raised by every change of the SQL users (mgmd's user table, read with `ListUsers`).
+    /// Advances without changing `epoch`: users are no part of the data path.
+    #[serde(default)]
+    pub users_version: u64,
 }
 
 /// Commits of `node_group` stamped with a GCI in (after, through] were rolled back by a

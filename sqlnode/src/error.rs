@@ -19,6 +19,7 @@ pub mod code {
     pub const DB_CREATE_EXISTS: u16 = 1007;
     pub const DB_DROP_EXISTS: u16 = 1008;
     pub const OUT_OF_SORTMEMORY: u16 = 1038;
+    pub const DBACCESS_DENIED: u16 = 1044;
     pub const ACCESS_DENIED: u16 = 1045;
     pub const NO_DB: u16 = 1046;
     pub const UNKNOWN_COM: u16 = 1047;
@@ -47,7 +48,10 @@ pub mod code {
     pub const INVALID_GROUP_FUNC_USE: u16 = 1111;
     pub const RECORD_FILE_FULL: u16 = 1114;
     pub const TOO_BIG_ROWSIZE: u16 = 1118;
+    pub const PASSWORD_NO_MATCH: u16 = 1133;
     pub const WRONG_VALUE_COUNT_ON_ROW: u16 = 1136;
+    pub const NONEXISTING_GRANT: u16 = 1141;
+    pub const TABLEACCESS_DENIED: u16 = 1142;
     pub const WRONG_NUMBER_OF_COLUMNS_IN_SELECT: u16 = 1222;
     pub const NO_SUCH_TABLE: u16 = 1146;
     pub const NET_PACKET_TOO_LARGE: u16 = 1153;
@@ -57,7 +61,13 @@ pub mod code {
     pub const LOCK_TABLE_FULL: u16 = 1206;
     pub const LOCK_DEADLOCK: u16 = 1213;
     pub const WRONG_ARGUMENTS: u16 = 1210;
+    pub const SPECIFIC_ACCESS_DENIED: u16 = 1227;
     pub const NOT_SUPPORTED_YET: u16 = 1235;
+    pub const NOT_SUPPORTED_AUTH_MODE: u16 = 1251;
+    pub const CANNOT_USER: u16 = 1396;
+    pub const CANT_CREATE_USER_WITH_GRANT: u16 = 1410;
+    pub const WRONG_STRING_LENGTH: u16 = 1470;
+    pub const PLUGIN_IS_NOT_LOADED: u16 = 1524;
     pub const OPERAND_COLUMNS: u16 = 1241;
     pub const SUBQUERY_NO_1_ROW: u16 = 1242;
     pub const DERIVED_MUST_HAVE_ALIAS: u16 = 1248;
@@ -82,7 +92,7 @@ fn state_of(code: u16) -> &'static str {
     match code {
         ACCESS_DENIED => "28000",
         NO_DB => "3D000",
-        UNKNOWN_COM | NET_PACKET_TOO_LARGE | TOO_MANY_CONNECTIONS => "08004",
+        UNKNOWN_COM | NET_PACKET_TOO_LARGE | TOO_MANY_CONNECTIONS | NOT_SUPPORTED_AUTH_MODE => "08004",
         BAD_NULL | DUP_ENTRY | NON_UNIQ_ERROR => "23000",
         BAD_DB
         | PARSE
@@ -94,7 +104,13 @@ fn state_of(code: u16) -> &'static str {
         | SP_DOES_NOT_EXIST
         | WRONG_PARAMCOUNT_TO_NATIVE_FCT
         | NONUNIQ_TABLE
-        | DERIVED_MUST_HAVE_ALIAS => "42000",
+        | DERIVED_MUST_HAVE_ALIAS
+        | DBACCESS_DENIED
+        | TABLEACCESS_DENIED
+        | NONEXISTING_GRANT
+        | PASSWORD_NO_MATCH
+        | SPECIFIC_ACCESS_DENIED
+        | CANT_CREATE_USER_WITH_GRANT => "42000",
         LOCK_DEADLOCK => "40001",
         TABLE_EXISTS => "42S01",
         BAD_TABLE | NO_SUCH_TABLE => "42S02",

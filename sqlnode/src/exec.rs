@@ -181,7 +181,8 @@ impl Session {
                 [d, t] => Some((d.clone(), t.clone())),
                 _ => None,
             };
-            if let Some((db, t)) = full {
+            // A table the session may not use is left to the planner's lookup, which says 1142.
+            if let Some((db, t)) = full.filter(|(db, _)| self.can_use_db(db)) {
                 if let Some(table) = self.client().map().table(&format!("{db}.{t}")) {
                     let real = table.spec.name.split_once('.').map_or(t.clone(), |(_, n)| n.to_string());
                     let real_db = table.spec.name.split_once('.').map_or(db.clone(), |(d, _)| d.to_string());

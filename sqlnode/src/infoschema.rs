@@ -61,7 +61,7 @@ impl Session {
             "schemata" => {
                 let mut rows =
                     vec![vec![s("def"), s(INFORMATION_SCHEMA), s("utf8mb3"), s("utf8mb3_general_ci"), Val::Null]];
-                for db in self.databases() {
+                for db in self.visible_databases() {
                     rows.push(vec![s("def"), Val::Str(db), s("utf8mb4"), s("utf8mb4_bin"), Val::Null]);
                 }
                 let cols =
@@ -70,7 +70,7 @@ impl Session {
             }
             "tables" => {
                 let mut rows = vec![];
-                for db in self.databases() {
+                for db in self.visible_databases() {
                     for (t, _) in self.tables_in(&db) {
                         rows.push(vec![
                             s("def"),
@@ -120,7 +120,7 @@ impl Session {
             }
             "columns" => {
                 let mut rows = vec![];
-                for db in self.databases() {
+                for db in self.visible_databases() {
                     for (name, table) in self.tables_in(&db) {
                         let t = TableRef::new(&db, &name, table);
                         for i in 0..t.visible() {
@@ -167,7 +167,7 @@ impl Session {
             }
             "views" => {
                 let mut rows = vec![];
-                for db in self.databases() {
+                for db in self.visible_databases() {
                     for v in self.views_in(&db).await? {
                         rows.push(vec![s("def"), s(&db), Val::Str(v.name), Val::Str(v.sql), s("NONE"), s("NO")]);
                     }

@@ -2,6 +2,7 @@
 //! plans SQL ([`sql`]), and runs it over the cluster through the native client ([`exec`],
 //! [`session`]). Any number of SQL nodes can serve one cluster.
 
+pub mod auth;
 pub mod error;
 pub mod exec;
 pub mod infoschema;
@@ -10,6 +11,7 @@ pub mod session;
 pub mod sql;
 pub mod txn;
 pub mod types;
+pub mod users;
 pub mod val;
 pub mod view;
 
@@ -82,6 +84,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         _ = int.recv() => return Ok(()),
     };
     let shared = Arc::new(Shared::new(client, me.id));
+    // Load the users before the first login needs them (a failure here is retried by it).
+    if let Err(e) = shared.users().await {
+        tracing::warn!("load the users: {e}");
+    }
     let slots = Arc::new(Semaphore::new(server::MAX_CONNECTIONS as usize));
     tracing::info!(id = me.id, "sql node serving MySQL on {}", me.mysql_addr);
     loop {

@@ -12,9 +12,11 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
-use sha1::{Digest, Sha1};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
+use shoal_proto::{AccountName, AuthPlugin};
+
+use crate::auth;
 use crate::error::{code, SqlError};
 use crate::session::{ColumnMeta, Outcome, Session, Shared, VERSION};
 use crate::types::{parse_datetime, IntKind, WireType};
@@ -236,24 +238,6 @@ fn parse_handshake_response(p: &[u8]) -> io::Result<HandshakeResponse> {
     };
     // Connection attributes are read by nobody; skip them.
     Ok(HandshakeResponse { caps, user, auth, db, plugin })
-}
-
-/// Checks a `mysql_native_password` answer: SHA1(pw) XOR SHA1(scramble ‖ SHA1(SHA1(pw))).
-pub fn native_password_ok(scramble: &[u8], response: &[u8], password: &str) -> bool {
-    if password.is_empty() {
-        return response.is_empty();
-    }
-    if response.len() != 20 {
-        return false;
-    }
-    let stage1 = Sha1::digest(password.as_bytes());
-    let stage2 = Sha1::digest(stage1);
-    let mut h = Sha1::new();
-    h.update(scramble);
-    h.update(stage2);
-    let mix = h.finalize();
-    let candidate: Vec<u8> = response.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect();
-    Sha1::digest(&candidate).as_slice() == stage2.as_slice()
 }
 
 fn new_scramble() -> [u8; 20] {
@@ -721,6 +705,101 @@ fn bytes_val(b: Vec<u8>) -> Val {
     }
 }
 
+/// The client's address without its port (`[::1]:5000` → `::1`).
+fn peer_host(peer: &str) -> String {
+    let h = peer.rsplit_once(':').map_or(peer, |(h, _)| h);
+    h.trim_start_matches('[').trim_end_matches(']').to_string()
+}
+
+/// The plugin a client answered the handshake with (none named: a pre-4.1-plugin client,
+/// which speaks mysql_native_password).
+fn answered_plugin(hs: &HandshakeResponse) -> Option<AuthPlugin> {
+    match hs.plugin.as_deref() {
+        None | Some("") => Some(AuthPlugin::NativePassword),
+        Some(p) => AuthPlugin::from_name(p),
+    }
+}
+
+/// Runs the authentication exchange after the handshake response: finds the account (user
+/// name and client host, see `auth::find_account`), asks the client to switch to the
+/// account's plugin if it answered with another one (as MySQL does), and checks the answer.
+/// Sends the error itself and returns None when the login is refused.
+///
+/// `caching_sha2_password` always takes the fast path (every account's SHA256(SHA256(pw)) is
+/// known): a right answer gets "fast auth success" (0x01 0x03) and OK, a wrong one 1045. Full
+/// authentication (the password itself over TLS or RSA) is never requested; a client that
+/// sends something else than a fast-path answer is refused with 1251.
+async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    c: &mut Conn<S>,
+    shared: &Shared,
+    hs: &HandshakeResponse,
+    scramble: &[u8; 20],
+    host: &str,
+) -> io::Result<Option<AccountName>> {
+    let users = match shared.users().await {
+        Ok(u) => u,
+        Err(e) => {
+            c.err(&SqlError::new(code::UNKNOWN, format!("Cannot check users: the cluster is not reachable ({e})")));
+            c.flush().await?;
+            return Ok(None);
+        }
+    };
+    let account = auth::find_account(&users.accounts, &hs.user, host);
+    let mut answer = hs.auth.clone();
+    let mut plugin = answered_plugin(hs);
+    if let Some(a) = account {
+        let want = a.password.plugin;
+        // An empty answer means "no password" in both plugins: no switch needed to check it.
+        if plugin != Some(want) && !(answer.is_empty() && plugin.is_some()) {
+            let mut p = vec![0xFE];
+            p.extend_from_slice(want.name().as_bytes());
+            p.push(0);
+            p.extend_from_slice(scramble);
+            p.push(0);
+            c.packet(&p);
+            c.flush().await?;
+            let Some(again) = c.read_packet().await? else { return Ok(None) };
+            answer = again;
+            plugin = Some(want);
+        }
+    }
+    let verdict = match (account, plugin) {
+        (Some(a), Some(AuthPlugin::NativePassword)) => auth::native_ok(scramble, &answer, &a.password.native),
+        (Some(a), Some(AuthPlugin::CachingSha2Password)) => {
+            if !answer.is_empty() && answer.len() != shoal_proto::users::SHA2_HASH_BYTES {
+                c.err(&SqlError::new(
+                    code::NOT_SUPPORTED_AUTH_MODE,
+                    "caching_sha2_password full authentication (TLS or RSA key exchange) is not supported by \
+                     Shoal: every account takes the fast path, so send the scrambled password",
+                ));
+                c.flush().await?;
+                tracing::info!(peer = %c.peer, user = %hs.user, "refused a caching_sha2_password full authentication");
+                return Ok(None);
+            }
+            let ok = auth::sha2_ok(scramble, &answer, &a.password.sha2);
+            if ok && !answer.is_empty() {
+                // AuthMoreData "fast auth success": the OK packet follows.
+                c.packet(&[0x01, 0x03]);
+            }
+            ok
+        }
+        _ => false,
+    };
+    match account {
+        Some(a) if verdict => Ok(Some(a.account.clone())),
+        _ => {
+            let using = if answer.is_empty() { "NO" } else { "YES" };
+            c.err(&SqlError::new(
+                code::ACCESS_DENIED,
+                format!("Access denied for user '{}'@'{host}' (using password: {using})", hs.user),
+            ));
+            c.flush().await?;
+            tracing::info!(peer = %c.peer, user = %hs.user, "access denied");
+            Ok(None)
+        }
+    }
+}
+
 /// Runs a statement and turns a panic (a bug) into an error for this statement only: the
 /// connection and the node stay up.
 async fn guard(f: impl std::future::Future<Output = Result<Outcome, SqlError>>) -> Result<Outcome, SqlError> {
@@ -787,33 +866,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
     let Some(resp) = c.read_packet().await? else { return Ok(()) };
     let hs = parse_handshake_response(&resp)?;
     c.caps = hs.caps & SERVER_CAPABILITIES;
-    let mut auth = hs.auth.clone();
-    if hs.plugin.as_deref().is_some_and(|p| p != NATIVE_PASSWORD) && !auth.is_empty() {
-        // Ask the client to answer with mysql_native_password instead.
-        let mut p = vec![0xFE];
-        p.extend_from_slice(NATIVE_PASSWORD.as_bytes());
-        p.push(0);
-        p.extend_from_slice(&scramble);
-        p.push(0);
-        c.packet(&p);
-        c.flush().await?;
-        let Some(again) = c.read_packet().await? else { return Ok(()) };
-        auth = again;
-    }
-    // Users: root with an empty password (CREATE USER comes with the catalog's user table).
-    if hs.user != "root" || !native_password_ok(&scramble, &auth, "") {
-        let using = if auth.is_empty() { "NO" } else { "YES" };
-        let host = c.peer.rsplit_once(':').map_or(c.peer.as_str(), |(h, _)| h).to_string();
-        c.err(&SqlError::new(
-            code::ACCESS_DENIED,
-            format!("Access denied for user '{}'@'{host}' (using password: {using})", hs.user),
-        ));
-        c.flush().await?;
-        tracing::info!(peer = %c.peer, user = %hs.user, "access denied");
-        return Ok(());
-    }
+    let host = peer_host(&c.peer);
+    let Some(account) = authenticate(&mut c, &shared, &hs, &scramble, &host).await? else { return Ok(()) };
     let mut session = Session::new(shared, hs.user.clone(), c.caps & CLIENT_FOUND_ROWS != 0);
     session.connection_id = connection_id;
+    session.account = account.clone();
+    session.host = host.clone();
     if let Some(db) = &hs.db {
         if let Err(e) = session.use_db(db).await {
             c.err(&e);
@@ -983,6 +1041,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
                 let shared = session.shared.clone();
                 session = Session::new(shared, hs.user.clone(), c.caps & CLIENT_FOUND_ROWS != 0);
                 session.connection_id = connection_id;
+                session.account = account.clone();
+                session.host = host.clone();
                 session.db = db;
                 stmts.clear();
                 c.ok(0, 0, status_of(&session), "", 0);
@@ -998,24 +1058,6 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn native_password_check() {
-        let scramble = b"abcdefghijklmnopqrst";
-        // What a client computes for password "secret".
-        let stage1 = Sha1::digest(b"secret");
-        let stage2 = Sha1::digest(stage1);
-        let mut h = Sha1::new();
-        h.update(scramble);
-        h.update(stage2);
-        let mix = h.finalize();
-        let resp: Vec<u8> = stage1.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect();
-        assert!(native_password_ok(scramble, &resp, "secret"));
-        assert!(!native_password_ok(scramble, &resp, "other"));
-        assert!(native_password_ok(scramble, &[], ""));
-        assert!(!native_password_ok(scramble, &resp, ""));
-        assert!(!native_password_ok(scramble, &[1, 2, 3], "secret"));
-    }
 
     #[test]
     fn handshake_response_parses_and_bad_ones_fail() {

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use shoal_client::Client;
-use shoal_proto::{Column, ColumnType, ErrorCode, IndexSpec, Table, TableId, TableSpec, Value, MAX_NAME_BYTES};
+use shoal_proto::{
+    AccountName, Column, ColumnType, ErrorCode, IndexSpec, Table, TableId, TableSpec, Value, MAX_NAME_BYTES,
+};
 use sqlparser::ast::{self, ColumnOption, Statement, TableConstraint};
 
 use crate::error::{code, SqlError, SqlResult};
@@ -32,6 +34,10 @@ pub struct Shared {
     /// AUTO_INCREMENT: the next value this SQL node hands out, per table.
     pub autoinc: Mutex<HashMap<TableId, u64>>,
     next_connection: AtomicU32,
+    /// The catalog's user table as last loaded (None before the first load), see `users.rs`.
+    pub(crate) users: parking_lot::RwLock<Option<Arc<shoal_client::users::Users>>>,
+    /// Held while the user table is reloaded, so concurrent logins wait for one load.
+    pub(crate) users_refresh: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -40,6 +46,8 @@ impl Shared {
             client,
             autoinc: Mutex::new(HashMap::new()),
             next_connection: AtomicU32::new((node_id & 0xff) << 24 | 1),
+            users: parking_lot::RwLock::new(None),
+            users_refresh: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -106,7 +114,14 @@ pub struct Session {
     /// The cluster connection at this session's durability (`SET shoal_durability`).
     client: Client,
     pub db: Option<String>,
+    /// The user name the client logged in with.
     pub user: String,
+    /// The account that login matched (`'user'@'host pattern'`): what privileges belong to.
+    pub account: AccountName,
+    /// The client's address, as USER() and access-denied messages show it.
+    pub host: String,
+    /// The running statement's command, for 1142 messages ("SELECT command denied ...").
+    pub command: &'static str,
     pub connection_id: u32,
     pub last_insert_id: u64,
     pub row_count: i64,
@@ -168,7 +183,10 @@ impl Session {
             client: shared.client.clone(),
             shared,
             db: None,
+            account: AccountName::new(&user, "%"),
             user,
+            host: "localhost".to_string(),
+            command: "SELECT",
             connection_id,
             last_insert_id: 0,
             row_count: -1,
@@ -190,6 +208,8 @@ impl Session {
         Env {
             db: self.db.clone(),
             user: self.user.clone(),
+            host: self.host.clone(),
+            current_user: format!("{}@{}", self.account.name, self.account.host),
             connection_id: self.connection_id,
             last_insert_id: self.last_insert_id,
             row_count: self.row_count,
@@ -243,6 +263,8 @@ impl Session {
             [d, t] => (d.clone(), t.clone()),
             _ => return Err(SqlError::parse(format!("bad table name {}", parts.join(".")))),
         };
+        // Privileges first: whether a table exists is no business of who may not use it.
+        self.check_table(&db, &name)?;
         let full = format!("{db}.{name}");
         let found = self.client().map().table(&full).cloned();
         let table = match found {
@@ -263,6 +285,11 @@ impl Session {
 
     /// Runs one statement of COM_QUERY.
     pub async fn query(&mut self, sql: &str) -> SqlResult<Outcome> {
+        // Privilege checks use the user cache: bring it up to the map's version once here.
+        if let Err(e) = self.shared.users().await {
+            return Err(SqlError::from_cluster(&e));
+        }
+        self.command = command_of(sql);
         let out = match parse::classify(sql)? {
             Some(admin) => self.admin(admin).await,
             None => match parse::split_partition_by(sql)? {
@@ -389,6 +416,7 @@ impl Session {
     async fn admin(&mut self, a: Admin) -> SqlResult<Outcome> {
         match a {
             Admin::Empty => Err(SqlError::new(code::PARSE, "Query was empty")),
+            Admin::Account(stmt) => self.account_statement(stmt).await,
             Admin::Set(vars) => {
                 for (name, value) in vars {
                     if name == "shoal_durability" {
@@ -445,6 +473,7 @@ impl Session {
             }
             Admin::CreateDatabase { name, if_not_exists } => {
                 check_ident("database", &name)?;
+                self.check_db(&name)?;
                 if name.starts_with('$') {
                     return Err(SqlError::new(code::PARSE, format!("Incorrect database name '{name}'")));
                 }
@@ -473,6 +502,7 @@ impl Session {
                 }
             }
             Admin::DropDatabase { name, if_exists } => {
+                self.check_db(&name)?;
                 if !self.db_exists(&name) {
                     if if_exists {
                         return Ok(Outcome::ok());
@@ -497,11 +527,13 @@ impl Session {
                 Ok(Outcome::affected(tables.len() as u64))
             }
             Admin::ShowDatabases { like: pat } => {
-                let rows = self.databases().into_iter().filter(|d| like_filter(&pat, d)).map(|d| vec![d]).collect();
+                let rows =
+                    self.visible_databases().into_iter().filter(|d| like_filter(&pat, d)).map(|d| vec![d]).collect();
                 Ok(text_rows(&["Database"], rows))
             }
             Admin::ShowTables { db, full, like: pat } => {
                 let db = self.db_for(db.as_deref())?;
+                self.check_db(&db)?;
                 if !self.db_exists(&db) {
                     return Err(SqlError::bad_db(&db));
                 }
@@ -530,6 +562,7 @@ impl Session {
                 Ok(text_rows(&["Table", "Create Table"], vec![vec![t.name.clone(), show_create(&t)]]))
             }
             Admin::ShowCreateDatabase(db) => {
+                self.check_db(&db)?;
                 if !self.db_exists(&db) {
                     return Err(SqlError::bad_db(&db));
                 }
@@ -608,7 +641,7 @@ impl Session {
                 rows: vec![vec![
                     Val::UInt(u64::from(self.connection_id)),
                     Val::Str(self.user.clone()),
-                    Val::Str("localhost".into()),
+                    Val::Str(self.host.clone()),
                     opt_text(self.db.clone()),
                     Val::Str("Query".into()),
                     Val::Int(0),
@@ -621,6 +654,7 @@ impl Session {
 
     /// USE / COM_INIT_DB / the database of the handshake.
     pub async fn use_db(&mut self, db: &str) -> SqlResult<()> {
+        self.check_db(db)?;
         if !self.db_exists(db) {
             let _ = self.client().refresh().await;
             if !self.db_exists(db) {
@@ -698,6 +732,7 @@ impl Session {
             _ => return Err(SqlError::parse("bad table name")),
         };
         check_ident("table", &name)?;
+        self.check_table(&db, &name)?;
         if !self.db_exists(&db) {
             return Err(SqlError::bad_db(&db));
         }
@@ -927,6 +962,7 @@ impl Session {
                 [d, t] => (d.clone(), t.clone()),
                 _ => return Err(SqlError::parse("bad table name")),
             };
+            self.check_table(&db, &t)?;
             let full = format!("{db}.{t}");
             if self.client().map().table(&full).is_none() {
                 let _ = self.client().refresh().await;
@@ -976,6 +1012,19 @@ impl Session {
         let a = crate::sql::plan::choose(&t, filter.as_ref());
         let row = vec![t.name.clone(), a.describe(), explain::pushed_text(&t, &a), String::new()];
         Ok(text_rows(explain::COLUMNS, vec![row]))
+    }
+}
+
+/// The command a statement is, as 1142 messages name it.
+fn command_of(sql: &str) -> &'static str {
+    let first = sql.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
+    match first.as_str() {
+        "INSERT" | "REPLACE" => "INSERT",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CREATE" => "CREATE",
+        "DROP" | "TRUNCATE" => "DROP",
+        _ => "SELECT",
     }
 }
 

@@ -99,6 +99,7 @@ impl Session {
             [d, v] => (d.clone(), v.clone()),
             _ => return Err(SqlError::parse("bad view name")),
         };
+        self.check_table(&db, &name)?;
         if !self.db_exists(&db) {
             return Err(SqlError::bad_db(&db));
         }
@@ -154,6 +155,7 @@ impl Session {
                 [d, v] => (d.clone(), v.clone()),
                 _ => return Err(SqlError::parse("bad view name")),
             };
+            self.check_table(&db, &name)?;
             if self.find_view(&db, &name).await?.is_none() {
                 if !if_exists && self.resolve(&[db.clone(), name.clone()]).await.is_ok() {
                     return Err(SqlError::new(code::WRONG_OBJECT, format!("'{db}.{name}' is not VIEW")));

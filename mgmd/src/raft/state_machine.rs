@@ -16,7 +16,7 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, StorageIOError};
 use parking_lot::{Mutex, RwLock};
 use shoal_proto::config::ClusterConfig;
-use shoal_proto::{ClusterState, NodeId};
+use shoal_proto::{ClusterState, NodeId, UserAccount};
 use tokio::sync::watch;
 
 use super::types::{Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
@@ -31,12 +31,19 @@ pub struct Published {
     tx: watch::Sender<Arc<ClusterState>>,
     leader: AtomicU32,
     config: RwLock<Option<Arc<ClusterConfig>>>,
+    /// The user table and its version, kept out of the map (SQL nodes read it with ListUsers).
+    users: RwLock<Arc<(u64, Vec<UserAccount>)>>,
 }
 
 impl Published {
     pub fn new() -> Arc<Published> {
         let (tx, _) = watch::channel(Arc::new(ClusterState::default()));
-        Arc::new(Published { tx, leader: AtomicU32::new(0), config: RwLock::new(None) })
+        Arc::new(Published {
+            tx,
+            leader: AtomicU32::new(0),
+            config: RwLock::new(None),
+            users: RwLock::new(Arc::new((0, vec![]))),
+        })
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Arc<ClusterState>> {
@@ -45,6 +52,11 @@ impl Published {
 
     pub fn current(&self) -> Arc<ClusterState> {
         self.tx.borrow().clone()
+    }
+
+    /// The applied user table and its version.
+    pub fn users(&self) -> Arc<(u64, Vec<UserAccount>)> {
+        self.users.read().clone()
     }
 
     /// The configuration the cluster was bootstrapped with, once it is.
@@ -59,8 +71,16 @@ impl Published {
         if model.config.is_some() != self.config.read().is_some() || force {
             *self.config.write() = model.config.clone().map(Arc::new);
         }
+        if force || self.users.read().0 != model.cluster.users_version {
+            // Before the map: whoever sees the new users_version finds these users.
+            *self.users.write() = Arc::new((model.cluster.users_version, model.users.clone()));
+        }
         self.tx.send_if_modified(|cur| {
-            if !force && cur.epoch == model.cluster.epoch && cur.gci_complete == model.cluster.gci_complete {
+            if !force
+                && cur.epoch == model.cluster.epoch
+                && cur.gci_complete == model.cluster.gci_complete
+                && cur.users_version == model.cluster.users_version
+            {
                 return false;
             }
             let mut state = model.cluster.clone();

@@ -194,7 +194,11 @@ impl Scope {
 #[derive(Clone, Debug, Default)]
 pub struct Env {
     pub db: Option<String>,
+    /// The user name the client logged in with and its address: USER().
     pub user: String,
+    pub host: String,
+    /// The account the login matched, `name@host pattern`: CURRENT_USER().
+    pub current_user: String,
     pub connection_id: u32,
     pub last_insert_id: u64,
     pub row_count: i64,
@@ -376,7 +380,7 @@ impl<'a> Binder<'a> {
                             return Ok(Expr::Lit(Val::Str(now_string(self.env.now_secs, true))))
                         }
                         "current_date" => return Ok(Expr::Lit(Val::Str(now_string(self.env.now_secs, false)))),
-                        "current_user" => return Ok(Expr::Lit(Val::Str(format!("{}@%", self.env.user)))),
+                        "current_user" => return Ok(Expr::Lit(Val::Str(self.env.current_user.clone()))),
                         _ => {}
                     }
                 }
@@ -677,9 +681,8 @@ impl<'a> Binder<'a> {
                 lit(env.db.clone().map_or(Val::Null, Val::Str))
             }
             "version" => lit(Val::Str(env.version.clone())),
-            "user" | "current_user" | "session_user" | "system_user" => {
-                lit(Val::Str(format!("{}@localhost", env.user)))
-            }
+            "current_user" => lit(Val::Str(env.current_user.clone())),
+            "user" | "session_user" | "system_user" => lit(Val::Str(format!("{}@{}", env.user, env.host))),
             "connection_id" => lit(Val::UInt(u64::from(env.connection_id))),
             "last_insert_id" if n == 0 => lit(Val::UInt(env.last_insert_id)),
             "row_count" => lit(Val::Int(env.row_count)),

@@ -1,6 +1,7 @@
 //! The SQL layer without sockets or cluster: parsing, binding, expressions, access paths, query
 //! plans and their in-memory execution (joins, subqueries, set operations).
 
+pub mod account;
 pub mod bind;
 pub mod explain;
 pub mod expr;

@@ -71,6 +71,8 @@ pub enum Admin {
         name: String,
         if_exists: bool,
     },
+    /// CREATE/DROP/ALTER USER, SET PASSWORD, GRANT, REVOKE, SHOW GRANTS.
+    Account(crate::sql::account::AccountStmt),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -209,6 +211,9 @@ impl Cursor {
 
 /// Recognizes the statements this module handles itself; None means "give it to sqlparser".
 pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
+    if crate::sql::account::is_account_statement(sql) {
+        return crate::sql::account::parse(sql).map(|s| Some(Admin::Account(s)));
+    }
     let t = tokens(sql)?;
     if t.is_empty() {
         return Ok(Some(Admin::Empty));
