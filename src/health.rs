@@ -7,7 +7,8 @@
 //! - data node: the mgmd leader's map has the node `up` (joined and caught up, so it serves its
 //!   partitions), and the node accepts connections on its address.
 //! - SQL node: a MySQL login as `root` with the empty password on its `mysql_addr`, then
-//!   COM_PING answered with OK. The SQL node accepts connections only once it has connected to
+//!   COM_PING answered with OK; once root has a password, the login's 1045 counts too (the node
+//!   checked it against the user table it loaded from the cluster). The SQL node accepts connections only once it has connected to
 //!   the cluster, so a greeting alone already says more than "the port is open".
 
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ pub struct HealthArgs {
 const MAX_HEALTH_PACKET_BYTES: usize = 64 * 1024;
 /// mysql_native_password is what the SQL node announces and accepts.
 const NATIVE_PASSWORD: &[u8] = b"mysql_native_password";
+/// MySQL's ER_ACCESS_DENIED_ERROR.
+const ACCESS_DENIED: u16 = 1045;
 
 pub async fn run(a: HealthArgs) -> Result<()> {
     let config = ClusterConfig::load(&a.config).map_err(anyhow::Error::msg)?;
@@ -128,6 +131,9 @@ async fn mysql_ping(addr: &str) -> Result<()> {
     }
     match answer.first() {
         Some(0) => {}
+        // root has a password now: the refusal still says the node checked it against the
+        // cluster's user table, which it holds only once it serves.
+        Some(0xff) if answer.get(1..3) == Some(&ACCESS_DENIED.to_le_bytes()[..]) => return Ok(()),
         Some(0xff) => bail!("login refused: {}", err_text(&answer)),
         _ => bail!("unexpected login answer"),
     }

@@ -96,6 +96,9 @@ async fn supervise(cluster: &LocalCluster) -> Result<()> {
         let (host, port) = s.mysql_addr.rsplit_once(':').unwrap_or((&s.mysql_addr, "3306"));
         println!("sql node {}: mysql -h {host} -P {port} -u root", s.id);
     }
+    if !cluster.config.sqlnode.is_empty() {
+        println!("users: root has no password on a fresh cluster; ALTER USER root IDENTIFIED BY '...' sets one (then add -p)");
+    }
     println!("status: shoal status --dir {}", cluster.dir.display());
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {

@@ -749,8 +749,12 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     let mut plugin = answered_plugin(hs);
     if let Some(a) = account {
         let want = a.password.plugin;
-        // An empty answer means "no password" in both plugins: no switch needed to check it.
-        if plugin != Some(want) && !(answer.is_empty() && plugin.is_some()) {
+        // A client whose default plugin is not the one the greeting named (native) answers
+        // without data (libmariadb does) and waits for a switch; so an answer counts only when
+        // it is in the account's plugin and is a full native or sha2 answer, else we switch.
+        let usable = plugin == Some(want)
+            && (want == AuthPlugin::NativePassword || answer.len() == shoal_proto::users::SHA2_HASH_BYTES);
+        if !usable {
             let mut p = vec![0xFE];
             p.extend_from_slice(want.name().as_bytes());
             p.push(0);

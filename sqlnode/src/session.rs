@@ -1017,14 +1017,20 @@ impl Session {
 
 /// The command a statement is, as 1142 messages name it.
 fn command_of(sql: &str) -> &'static str {
-    let first = sql.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
-    match first.as_str() {
-        "INSERT" | "REPLACE" => "INSERT",
-        "UPDATE" => "UPDATE",
-        "DELETE" => "DELETE",
-        "CREATE" => "CREATE",
-        "DROP" | "TRUNCATE" => "DROP",
-        _ => "SELECT",
+    let first = sql.split_whitespace().next().unwrap_or("");
+    let is = |w: &str| first.eq_ignore_ascii_case(w);
+    if is("INSERT") || is("REPLACE") {
+        "INSERT"
+    } else if is("UPDATE") {
+        "UPDATE"
+    } else if is("DELETE") {
+        "DELETE"
+    } else if is("CREATE") {
+        "CREATE"
+    } else if is("DROP") || is("TRUNCATE") {
+        "DROP"
+    } else {
+        "SELECT"
     }
 }
 

@@ -130,18 +130,20 @@ fn cannot_user(op: &str, accounts: &[AccountName], e: &ShoalError) -> SqlError {
 }
 
 impl Session {
-    /// The session's account as the user cache has it now; None once it was dropped.
-    fn my_account(&self) -> Option<UserAccount> {
-        self.shared.users_now().accounts.iter().find(|u| u.account.is(&self.account.name, &self.account.host)).cloned()
+    /// Runs `f` on the session's account as the user cache has it now (None once it was
+    /// dropped). No copy: privilege checks run on every statement.
+    fn with_account<R>(&self, f: impl FnOnce(Option<&UserAccount>) -> R) -> R {
+        let users = self.shared.users_now();
+        f(users.accounts.iter().find(|u| u.account.is(&self.account.name, &self.account.host)))
     }
 
     fn is_admin(&self) -> bool {
-        self.my_account().is_some_and(|u| u.global_all)
+        self.with_account(|a| a.is_some_and(|u| u.global_all))
     }
 
     /// Whether the session may use database `db`.
     pub fn can_use_db(&self, db: &str) -> bool {
-        db.eq_ignore_ascii_case(INFORMATION_SCHEMA) || self.my_account().is_some_and(|u| u.can_use(db))
+        db.eq_ignore_ascii_case(INFORMATION_SCHEMA) || self.with_account(|a| a.is_some_and(|u| u.can_use(db)))
     }
 
     /// 1044 unless the session may use database `db`.
@@ -168,8 +170,8 @@ impl Session {
 
     /// Databases the session may see (SHOW DATABASES, information_schema).
     pub fn visible_databases(&self) -> Vec<String> {
-        let me = self.my_account();
-        self.databases().into_iter().filter(|d| me.as_ref().is_some_and(|u| u.can_use(d))).collect()
+        let dbs = self.databases();
+        self.with_account(|a| dbs.into_iter().filter(|d| a.is_some_and(|u| u.can_use(d))).collect())
     }
 
     fn require_admin(&self, privilege: &str) -> SqlResult<()> {

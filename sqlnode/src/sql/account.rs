@@ -293,16 +293,22 @@ impl Cur {
 /// Whether `sql` is an account statement (its first two words decide), so that
 /// [`parse`] should read it.
 pub fn is_account_statement(sql: &str) -> bool {
+    // Runs for every statement: no allocation.
     let mut words = sql.split(|c: char| c.is_whitespace() || c == '(' || c == ';').filter(|w| !w.is_empty());
-    let first = words.next().unwrap_or("").to_ascii_uppercase();
-    let second = words.next().unwrap_or("").to_ascii_uppercase();
-    match first.as_str() {
-        "CREATE" | "DROP" | "ALTER" | "RENAME" => second == "USER",
-        "GRANT" | "REVOKE" => true,
-        "SHOW" => second == "GRANTS",
-        "SET" => second == "PASSWORD" || second.starts_with("PASSWORD="),
-        _ => false,
+    let first = words.next().unwrap_or("");
+    let second = words.next().unwrap_or("");
+    let is = |w: &str, kw: &str| w.eq_ignore_ascii_case(kw);
+    if ["CREATE", "DROP", "ALTER", "RENAME"].iter().any(|k| is(first, k)) {
+        return is(second, "USER");
     }
+    if is(first, "GRANT") || is(first, "REVOKE") {
+        return true;
+    }
+    if is(first, "SHOW") {
+        return is(second, "GRANTS");
+    }
+    let password_first = second.get(..9).is_some_and(|p| is(p, "PASSWORD="));
+    is(first, "SET") && (is(second, "PASSWORD") || password_first)
 }
 
 pub fn parse(sql: &str) -> SqlResult<AccountStmt> {
