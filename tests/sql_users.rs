@@ -194,6 +194,59 @@ async fn users_passwords_grants_across_sql_nodes_and_restarts() {
     root.disconnect().await.unwrap();
 }
 
+/// One MySQL packet off a raw socket: (sequence number, payload).
+fn read_packet(s: &mut std::net::TcpStream) -> (u8, Vec<u8>) {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).expect("packet header");
+    let len = usize::from(head[0]) | usize::from(head[1]) << 8 | usize::from(head[2]) << 16;
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).expect("packet body");
+    (head[3], body)
+}
+
+fn write_packet(s: &mut std::net::TcpStream, seq: u8, body: &[u8]) {
+    use std::io::Write;
+    let len = (body.len() as u32).to_le_bytes();
+    s.write_all(&[len[0], len[1], len[2], seq]).and_then(|()| s.write_all(body)).expect("write a packet");
+}
+
+/// A client that asks caching_sha2_password for full authentication (the RSA public key,
+/// 0x02, instead of a scrambled password) is refused with a clear error, never left waiting.
+#[test]
+fn caching_sha2_full_authentication_is_refused_clearly() {
+    let cluster = TestCluster::start_with_sql(1, 1, 1, 1);
+    let addr = &cluster.mysql_addrs[0];
+    let (ok, _, err) =
+        mysql_cli(addr, "root", "", &[], "CREATE USER sha@'%' IDENTIFIED WITH caching_sha2_password BY 'pw'");
+    assert!(ok, "{err}");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (_, greeting) = read_packet(&mut s);
+    assert_eq!(greeting[0], 10);
+    // HandshakeResponse41 with plugin auth, user sha, a 1-byte answer in caching_sha2_password.
+    let caps: u32 = 0x200 | 0x8000 | 0x8_0000;
+    let mut resp = caps.to_le_bytes().to_vec();
+    resp.extend_from_slice(&(1u32 << 24).to_le_bytes());
+    resp.push(45);
+    resp.extend_from_slice(&[0; 23]);
+    resp.extend_from_slice(b"sha\0");
+    resp.extend_from_slice(&[1, 0x02]);
+    resp.extend_from_slice(b"caching_sha2_password\0");
+    write_packet(&mut s, 1, &resp);
+    // Not a fast-path answer: the server asks again in caching_sha2_password...
+    let (seq, switch) = read_packet(&mut s);
+    assert_eq!(switch[0], 0xFE, "auth switch request");
+    assert!(switch[1..].starts_with(b"caching_sha2_password\0"));
+    // ... and a request for the RSA key (full authentication) gets 1251.
+    write_packet(&mut s, seq.wrapping_add(1), &[0x02]);
+    let (_, answer) = read_packet(&mut s);
+    assert_eq!(answer[0], 0xFF);
+    assert_eq!(u16::from_le_bytes([answer[1], answer[2]]), 1251);
+    let msg = String::from_utf8_lossy(&answer[9..]).to_string();
+    assert!(msg.contains("full authentication") && msg.contains("not supported"), "{msg}");
+}
+
 #[test]
 fn mysql_cli_and_pymysql_log_in_with_both_plugins() {
     assert!(

@@ -255,7 +255,16 @@ impl Session {
                 if target != self.account {
                     self.require_admin("CREATE USER")?;
                 }
-                let hashes = auth::hashes(auth.plugin.unwrap_or(AuthPlugin::NativePassword), &auth.password.0);
+                // Without WITH, the account keeps its plugin (MySQL).
+                let current = self
+                    .shared
+                    .users_now()
+                    .accounts
+                    .iter()
+                    .find(|u| u.account.is(&target.name, &target.host))
+                    .map(|u| u.password.plugin);
+                let plugin = auth.plugin.or(current).unwrap_or(AuthPlugin::NativePassword);
+                let hashes = auth::hashes(plugin, &auth.password.0);
                 let v = self
                     .client()
                     .set_password(&target, &hashes, if_exists)
