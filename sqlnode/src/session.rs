@@ -36,8 +36,9 @@ pub struct Shared {
     next_connection: AtomicU32,
     /// The catalog's user table as last loaded (None before the first load), see `users.rs`.
     pub(crate) users: parking_lot::RwLock<Option<Arc<shoal_client::users::Users>>>,
-    /// Held while the user table is reloaded, so concurrent logins wait for one load.
-    pub(crate) users_refresh: tokio::sync::Mutex<()>,
+    /// Held while the user table is reloaded, so concurrent logins wait for one load; holds
+    /// when the last reload failed.
+    pub(crate) users_refresh: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Shared {
@@ -47,7 +48,7 @@ impl Shared {
             autoinc: Mutex::new(HashMap::new()),
             next_connection: AtomicU32::new((node_id & 0xff) << 24 | 1),
             users: parking_lot::RwLock::new(None),
-            users_refresh: tokio::sync::Mutex::new(()),
+            users_refresh: tokio::sync::Mutex::new(None),
         }
     }
 

@@ -33,6 +33,10 @@ use crate::sql::account::{AccountStmt, Auth, Scope, UserSpec};
 use crate::types::WireType;
 use crate::val::Val;
 
+/// After mgmd failed to answer a reload of the users, statements use the cached table for
+/// this long before one of them tries again.
+pub const USERS_RELOAD_BACKOFF_MS: u64 = 1000;
+
 impl Shared {
     /// The cached user table, first reloaded from mgmd if the cluster map says it is behind
     /// (one mgmd call per change of users, shared by every connection waiting for it).
@@ -46,12 +50,21 @@ impl Shared {
         if let Some(u) = fresh(&self.users.read()) {
             return Ok(u);
         }
-        let _one_at_a_time = self.users_refresh.lock().await;
+        let mut last_failure = self.users_refresh.lock().await;
         if let Some(u) = fresh(&self.users.read()) {
             return Ok(u);
         }
+        // mgmd did not answer a moment ago: serve from the cache rather than make every
+        // statement wait for another attempt.
+        let cached = self.users.read().clone();
+        if let (Some(u), Some(t)) = (&cached, *last_failure) {
+            if t.elapsed() < std::time::Duration::from_millis(USERS_RELOAD_BACKOFF_MS) {
+                return Ok(u.clone());
+            }
+        }
         match self.client.list_users().await {
             Ok(u) => {
+                *last_failure = None;
                 let u = Arc::new(u);
                 let mut cur = self.users.write();
                 if cur.as_ref().is_none_or(|c| c.version <= u.version) {
@@ -62,7 +75,8 @@ impl Shared {
             Err(e) => {
                 // A stale table is still the best answer; having none is an error.
                 tracing::warn!("load the users from mgmd: {e}");
-                self.users.read().clone().ok_or(e)
+                *last_failure = Some(std::time::Instant::now());
+                cached.ok_or(e)
             }
         }
     }
