@@ -1,8 +1,10 @@
-//! The MySQL client/server protocol (protocol 41): handshake and `mysql_native_password`
-//! authentication, the text protocol (COM_QUERY) and the binary protocol of prepared statements
-//! (COM_STMT_PREPARE / EXECUTE / SEND_LONG_DATA / CLOSE / RESET), COM_INIT_DB, COM_PING,
-//! COM_FIELD_LIST, COM_QUIT. Our own, rather than opensrv-mysql: it answers a failed login with
-//! 1045, never answers an unknown command with OK, and bounds every packet.
+//! The MySQL client/server protocol (protocol 41): handshake and authentication
+//! (`mysql_native_password` and the `caching_sha2_password` fast path against the catalog's
+//! accounts, see `authenticate`), the text protocol (COM_QUERY) and the binary protocol of
+//! prepared statements (COM_STMT_PREPARE / EXECUTE / SEND_LONG_DATA / CLOSE / RESET),
+//! COM_INIT_DB, COM_PING, COM_FIELD_LIST, COM_QUIT. Our own, rather than opensrv-mysql: it
+//! answers a failed login with 1045, never answers an unknown command with OK, and bounds every
+//! packet.
 //!
 //! Packets: 3-byte little-endian length, 1-byte sequence number, payload; a payload of 2^24-1
 //! bytes continues in the next packet. Statements never see the network: [`Session`] turns SQL

@@ -1,10 +1,16 @@
 //! Account statements, parsed here with their own small tokenizer: sqlparser does not know
 //! MySQL's `'user'@'host'` names and parses few of these forms.
 //!
-//! CREATE USER [IF NOT EXISTS] user [IDENTIFIED {BY 'pw' | WITH plugin [BY 'pw']}] [, ...];
-//! DROP USER [IF EXISTS] user [, ...]; ALTER USER [IF EXISTS] user IDENTIFIED ...;
-//! SET PASSWORD [FOR user] = 'pw'; GRANT ALL [PRIVILEGES] ON {*.* | db.* | *} TO user [, ...]
-//! [WITH GRANT OPTION]; REVOKE ALL [PRIVILEGES] ON ... FROM user [, ...]; SHOW GRANTS [FOR user].
+//! ```text
+//! CREATE USER [IF NOT EXISTS] user [IDENTIFIED {BY 'pw' | WITH plugin [BY 'pw']}] [, ...]
+//! DROP USER [IF EXISTS] user [, ...]
+//! ALTER USER [IF EXISTS] user IDENTIFIED ...
+//! SET PASSWORD [FOR user] = 'pw'
+//! GRANT ALL [PRIVILEGES] ON {*.* | db.* | *} TO user [, ...] [WITH GRANT OPTION]
+//! REVOKE ALL [PRIVILEGES] ON ... FROM user [, ...]
+//! SHOW GRANTS [FOR user]
+//! ```
+//!
 //! A user is `name[@host]` (host '%' when left out), each part a word or a quoted string, or
 //! CURRENT_USER[()] / USER().
 
@@ -263,7 +269,7 @@ impl Cur {
         }
         Ok(false)
     }
-    /// `ALL [PRIVILEGES] ON scope`.
+    /// `ALL` (optionally `PRIVILEGES`) `ON` a scope.
     fn all_on(&mut self) -> SqlResult<Scope> {
         if !self.eat("ALL") {
             return Err(SqlError::not_supported("GRANT and REVOKE of privileges other than ALL [PRIVILEGES]"));
