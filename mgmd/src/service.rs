@@ -402,6 +402,48 @@ mod tests {
     }
 
     #[test]
+    fn user_requests_are_validated_at_the_edge() {
+        let ann = || pb::AccountName { name: "ann".into(), host: "%".into() };
+        let user = pb::UserAccount {
+            name: "ann".into(),
+            host: "%".into(),
+            plugin: pb::AuthPlugin::NativePassword as i32,
+            native_hash: vec![1; 20],
+            sha2_hash: vec![2; 32],
+            global_all: false,
+            databases: vec!["shop".into()],
+        };
+        let create =
+            |u: pb::UserAccount| UserRequest::Create(pb::CreateUsersRequest { users: vec![u], if_not_exists: false });
+        assert!(matches!(users_command_from_pb(create(user.clone())), Ok(Command::CreateUsers { .. })));
+        for bad in [
+            pb::UserAccount { name: String::new(), ..user.clone() },
+            pb::UserAccount { host: "x".repeat(300), ..user.clone() },
+            pb::UserAccount { plugin: 0, ..user.clone() },
+            pb::UserAccount { native_hash: vec![1; 19], ..user.clone() },
+            pb::UserAccount { sha2_hash: vec![], ..user.clone() },
+            pb::UserAccount { databases: vec![String::new()], ..user.clone() },
+        ] {
+            assert_eq!(users_command_from_pb(create(bad)).unwrap_err().code, ErrorCode::InvalidArgument);
+        }
+        let none = UserRequest::Create(pb::CreateUsersRequest { users: vec![], if_not_exists: false });
+        assert!(users_command_from_pb(none).is_err());
+        let drop = UserRequest::Drop(pb::DropUsersRequest { accounts: vec![], if_exists: true });
+        assert!(users_command_from_pb(drop).is_err());
+        let grant =
+            UserRequest::Grant(pb::GrantRequest { accounts: vec![ann()], database: String::new(), revoke: false });
+        assert!(matches!(users_command_from_pb(grant), Ok(Command::Grant { database: None, .. })));
+        let pw = UserRequest::SetPassword(pb::SetPasswordRequest {
+            account: None,
+            plugin: pb::AuthPlugin::NativePassword as i32,
+            native_hash: vec![],
+            sha2_hash: vec![],
+            if_exists: false,
+        });
+        assert!(users_command_from_pb(pw).is_err(), "an account is required");
+    }
+
+    #[test]
     fn clip_keeps_char_boundaries() {
         assert_eq!(clip("héllo".into(), 2), "h");
         assert_eq!(clip("abc".into(), 10), "abc");
