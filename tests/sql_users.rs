@@ -110,6 +110,9 @@ async fn users_passwords_grants_across_sql_nodes_and_restarts() {
     assert_eq!((code, msg.as_str()), (1142, "SELECT command denied to user 'ann'@'127.0.0.1' for table 'items'"));
     assert_eq!(code_of(ann.query_drop("SELECT * FROM shop.nosuch").await), 1142, "privileges before existence");
     assert_eq!(code_of(ann.query_drop("INSERT INTO shop.items VALUES (2, 'pear')").await), 1142);
+    assert_eq!(code_of(ann.query_drop("CREATE INDEX by_name ON shop.items (name)").await), 1142);
+    let (code, msg) = error_of(ann.query_drop("ALTER TABLE shop.items DROP INDEX PRIMARY").await);
+    assert_eq!((code, msg.as_str()), (1142, "ALTER command denied to user 'ann'@'127.0.0.1' for table 'items'"));
     assert_eq!(code_of(ann.query_drop("CREATE DATABASE other").await), 1044);
     assert_eq!(code_of(ann.query_drop("DROP DATABASE shop").await), 1044);
     let dbs: Vec<String> = ann.query("SHOW DATABASES").await.unwrap();

@@ -1030,6 +1030,8 @@ fn command_of(sql: &str) -> &'static str {
         "CREATE"
     } else if is("DROP") || is("TRUNCATE") {
         "DROP"
+    } else if is("ALTER") {
+        "ALTER"
     } else {
         "SELECT"
     }
