@@ -3,6 +3,7 @@
 //! and retries transparently on stale epochs, moved primaries and failed nodes until the
 //! request's deadline. The SQL node, the CLI, the benchmarks and the tests all use it.
 
+mod alter;
 pub mod batcher;
 mod index;
 pub mod mgmd;
@@ -90,6 +91,19 @@ pub enum KeyOp {
         table: String,
         key: Row,
     },
+}
+
+impl KeyOp {
+    /// The name of the table the operation is on.
+    pub fn table(&self) -> &str {
+        match self {
+            KeyOp::Read { table, .. }
+            | KeyOp::Insert { table, .. }
+            | KeyOp::Upsert { table, .. }
+            | KeyOp::Update { table, .. }
+            | KeyOp::Delete { table, .. } => table,
+        }
+    }
 }
 
 /// What one operation of a batch gave: reads give the row if found.
@@ -436,14 +450,24 @@ impl Client {
         let mut last_err: HashMap<usize, ShoalError> = HashMap::new();
         let mut spread = 0usize;
         let mut refreshed_for_missing = false;
+        // The table each operation was first prepared against: a retry that finds another
+        // table under the name (ALTER TABLE swapped a copy in) must not write into it.
+        let mut pinned: Vec<Option<u32>> = vec![None; ops.len()];
         loop {
             let mut missing = false;
             let map = self.map();
             let mut by_node: HashMap<NodeId, Vec<(usize, Prepared)>> = HashMap::new();
             let mut retry = vec![];
             for &i in &pending {
+                if pinned[i].is_some_and(|t| map.table(ops[i].table()).map(|x| x.id) != Some(t)) {
+                    out[i] = Some(Err(schema_changed()));
+                    continue;
+                }
                 let prepared = match self.prepare(&map, &ops[i]) {
-                    Ok(p) => p,
+                    Ok(p) => {
+                        pinned[i] = Some(p.op.table_id);
+                        p
+                    }
                     Err(e) if e.code == ErrorCode::NoSuchTable && !refreshed_for_missing => {
                         // Another client may have just created it: look at the newest map once.
                         missing = true;
@@ -867,4 +891,9 @@ async fn watch_map(inner: std::sync::Weak<Inner>) {
         i += 1;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A retry found a different table under the operation's table name.
+pub(crate) fn schema_changed() -> ShoalError {
+    ShoalError::new(ErrorCode::SchemaChanged, "the table was replaced (ALTER TABLE) during the operation")
 }

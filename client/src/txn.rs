@@ -143,13 +143,22 @@ impl Transaction {
         let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let mut backoff = Duration::from_millis(5);
+        // As in `Client::batch`: a retry must not land in a table swapped in under the name.
+        let mut pinned: Vec<Option<u32>> = vec![None; ops.len()];
         while !pending.is_empty() {
             let map = self.client.map();
             let mut by_node: BTreeMap<NodeId, Vec<Routed>> = BTreeMap::new();
             let mut retry = vec![];
             for &i in &pending {
+                if pinned[i].is_some_and(|t| map.table(ops[i].0.table()).map(|x| x.id) != Some(t)) {
+                    out[i] = Some(Err(crate::schema_changed()));
+                    continue;
+                }
                 let prepared = match self.client.prepare(&map, &ops[i].0) {
-                    Ok(p) => p,
+                    Ok(p) => {
+                        pinned[i] = Some(p.op.table_id);
+                        p
+                    }
                     Err(e) => {
                         out[i] = Some(Err(e));
                         continue;

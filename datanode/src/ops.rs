@@ -82,6 +82,14 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>
 /// Checks a write's row (insert, upsert: replaced by the checked, coerced row) and returns
 /// the encoded primary key it addresses, with the key's values.
 pub fn check_write(table: &Table, op: &mut Op) -> Result<(Vec<u8>, Vec<Value>), ShoalError> {
+    if table.read_only && op.kind != OpKind::Read {
+        // ALTER TABLE is copying the rows: a write now would miss the copy. Retriable: the
+        // copy takes over the name when it is done.
+        return Err(ShoalError::new(
+            ErrorCode::NodeNotReady,
+            format!("table {} is being altered; writes wait until it is done", table.name()),
+        ));
+    }
     let key_values = match op.kind {
         OpKind::Insert | OpKind::Upsert => {
             op.row = check_row(table, std::mem::take(&mut op.row))?;

@@ -29,6 +29,9 @@ pub struct Partition {
     locks: RowLocks,
     /// Writes in flight at this primary, counted by the map epoch they chose replicas from.
     inflight: Mutex<BTreeMap<Epoch, u32>>,
+    /// Transactions prepared here and not yet committed or aborted, by the epoch of their
+    /// PREPARE: what a scan must wait for before it reads (see `scan.rs`).
+    prepared: Mutex<BTreeMap<Epoch, u32>>,
 }
 
 impl Partition {
@@ -42,6 +45,7 @@ impl Partition {
             active_term: AtomicU64::new(0),
             locks: RowLocks::default(),
             inflight: Mutex::new(BTreeMap::new()),
+            prepared: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -82,6 +86,27 @@ impl Partition {
     /// Whether every write still in flight chose its replicas from a map of at least `epoch`.
     pub fn writes_before_drained(&self, epoch: Epoch) -> bool {
         self.inflight.lock().keys().next().is_none_or(|&e| e >= epoch)
+    }
+
+    /// A transaction prepared its writes here under `epoch`; `release_prepared` when it ends.
+    pub fn hold_prepared(&self, epoch: Epoch) {
+        *self.prepared.lock().entry(epoch).or_default() += 1;
+    }
+
+    pub fn release_prepared(&self, epoch: Epoch) {
+        let mut m = self.prepared.lock();
+        if let Some(n) = m.get_mut(&epoch) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&epoch);
+            }
+        }
+    }
+
+    /// Whether every write accepted under a map older than `epoch` is finished: applied (or
+    /// failed), and, for transactions, committed or aborted.
+    pub fn settled_before(&self, epoch: Epoch) -> bool {
+        self.writes_before_drained(epoch) && self.prepared.lock().keys().next().is_none_or(|&e| e >= epoch)
     }
 }
 

@@ -25,6 +25,8 @@ pub const DEFAULT_BATCH_ROWS: u32 = 1000;
 pub const MAX_BATCH_ROWS: u32 = 10_000;
 /// Slots looked at per lock hold.
 const SLOTS_PER_CHUNK: u32 = 2048;
+/// Longest a scan waits for writes accepted under an older map to finish.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Batches buffered ahead of a slow reader.
 pub const SCAN_QUEUE_BATCHES: usize = 4;
 
@@ -99,6 +101,16 @@ async fn scan(node: &Node, spec: ScanSpec, tx: &mpsc::Sender<Batch>) -> Result<(
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
     if !spec.read_backup {
         node.check_active(&part, pa)?;
+        // Writes this primary accepted under an older map finish first, committed or not, so
+        // a scan sees everything its map's predecessors allowed: after ALTER TABLE made a table
+        // read-only, its copy misses no write that slipped in before.
+        let waited = std::time::Instant::now();
+        while !part.settled_before(map.epoch) {
+            if waited.elapsed() > SETTLE_WAIT {
+                return Err(ShoalError::new(ErrorCode::Timeout, "writes under an older map did not finish in time"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
     }
     let batch_rows = match spec.batch_rows {
         0 => DEFAULT_BATCH_ROWS,

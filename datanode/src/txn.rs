@@ -86,6 +86,9 @@ struct PartTxn {
     term: u64,
     locked: Vec<Box<[u8]>>,
     writes: BTreeMap<Vec<u8>, Pending>,
+    /// The epoch of the PREPARE that holds this part's writes in the partition's count of
+    /// prepared transactions (released when the transaction ends).
+    held_at: Option<u64>,
 }
 
 struct TxnState {
@@ -253,6 +256,7 @@ async fn execute_one(
         term: pa.primary_term,
         locked: vec![],
         writes: BTreeMap::new(),
+        held_at: None,
     });
     if let Some(mode) = mode {
         let max = node.txns.limits.max_locks;
@@ -298,6 +302,9 @@ async fn execute_one(
 /// Frees everything a transaction holds here: locks, reserved memory.
 fn release(node: &Node, txn: u64, st: &mut TxnState) {
     for pt in st.parts.values_mut() {
+        if let Some(epoch) = pt.held_at.take() {
+            pt.part.release_prepared(epoch);
+        }
         for key in pt.locked.drain(..) {
             pt.part.unlock_for(&key, txn);
             node.txns.locks.fetch_sub(1, Ordering::Relaxed);
@@ -329,12 +336,15 @@ pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)
     // locked read whose lock was lost before this point may be stale. Checked before any
     // image is replicated, so that all locks were held at one moment: the moment the
     // transaction's reads are valid for.
-    for (&(_, partition), pt) in &st.parts {
+    for (&(table, partition), pt) in &st.parts {
         let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
         if pa.primary != Some(node.id) || pa.primary_term != pt.term {
             return Err(aborted(format!(
                 "the primary of partition {partition} changed during the transaction (its locks are gone)"
             )));
+        }
+        if !pt.writes.is_empty() && map.table_by_id(table).is_none_or(|t| t.read_only) {
+            return Err(aborted("the table is being altered (or was dropped) since the transaction wrote to it"));
         }
     }
     for (&(table, partition), pt) in &st.parts {
@@ -345,6 +355,12 @@ pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)
         let images = prepared_images(pt);
         let tag = TxnTag { id: txn, tc, step: TxnStep::Prepare };
         replication::replicate_txn(node, &map, table, pa, 0, images, Some(tag)).await?;
+    }
+    // Until it commits or aborts, a scan under a newer map waits for it (an ALTER TABLE copy
+    // must not miss its rows).
+    for pt in st.parts.values_mut().filter(|pt| !pt.writes.is_empty()) {
+        pt.part.hold_prepared(map.epoch);
+        pt.held_at = Some(map.epoch);
     }
     st.prepared = true;
     st.last_active = Instant::now();
@@ -396,6 +412,9 @@ pub async fn commit(
             continue;
         }
         let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
+        if one_phase && map.table_by_id(table).is_none_or(|t| t.read_only) {
+            return Err(aborted("the table is being altered (or was dropped) since the transaction wrote to it"));
+        }
         if pa.primary != Some(node.id) || pa.primary_term != pt.term {
             if one_phase {
                 return Err(aborted("the partition's primary changed during the transaction"));
@@ -512,6 +531,7 @@ pub async fn adopt_prepared(node: &Arc<Node>, partition: PartitionId, term: u64)
             term,
             locked: vec![],
             writes: BTreeMap::new(),
+            held_at: None,
         });
         pt.term = term;
         for img in k.images {

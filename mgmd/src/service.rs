@@ -267,6 +267,32 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         Ok(self.admin(res))
     }
 
+    async fn set_read_only(&self, req: Request<pb::SetReadOnlyRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES {
+            Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        } else {
+            tracing::info!(table = %r.table, read_only = r.read_only, "set read-only");
+            self.on_leader(Command::SetReadOnly { table: r.table, read_only: r.read_only }).await
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn replace_table(
+        &self,
+        req: Request<pb::ReplaceTableRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let bad = |n: &str| n.is_empty() || n.len() > MAX_TABLE_NAME_BYTES;
+        let res = if bad(&r.table) || bad(&r.with) {
+            Err(invalid(format!("table names must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        } else {
+            tracing::info!(table = %r.table, with = %r.with, "replace table");
+            self.on_leader(Command::ReplaceTable { table: r.table, with: r.with }).await
+        };
+        Ok(self.admin(res))
+    }
+
     async fn drop_index(&self, req: Request<pb::DropIndexRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
         let res = if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES {

@@ -77,6 +77,16 @@ pub enum Command {
         name: String,
         if_exists: bool,
     },
+    /// Refuses (or allows again) writes to a table: ALTER TABLE copies its rows meanwhile.
+    SetReadOnly {
+        table: String,
+        read_only: bool,
+    },
+    /// The end of an ALTER TABLE by copy: table `with` takes `table`'s name, `table` goes.
+    ReplaceTable {
+        table: String,
+        with: String,
+    },
     /// Moves primaries back to their preferred nodes, where those are up and complete.
     Rebalance,
     /// Global checkpoint `gci` is on disk on every live data node; `restorable` are the nodes
@@ -120,6 +130,8 @@ impl Command {
             Command::DropTable { .. } => "drop-table",
             Command::CreateIndex { .. } => "create-index",
             Command::DropIndex { .. } => "drop-index",
+            Command::SetReadOnly { .. } => "set-read-only",
+            Command::ReplaceTable { .. } => "replace-table",
             Command::Rebalance => "rebalance",
             Command::GciComplete { .. } => "gci-complete",
             Command::CreateUsers { .. } => "create-users",
@@ -217,6 +229,8 @@ impl Model {
             Command::DropTable { name, if_exists } => self.drop_table(&name, if_exists),
             Command::CreateIndex { table, index, if_not_exists } => self.create_index(&table, index, if_not_exists),
             Command::DropIndex { table, name, if_exists } => self.drop_index(&table, &name, if_exists),
+            Command::SetReadOnly { table, read_only } => self.set_read_only(&table, read_only),
+            Command::ReplaceTable { table, with } => self.replace_table(&table, &with),
             Command::Rebalance => self.rebalance(),
             Command::GciComplete { .. }
             | Command::CreateUsers { .. }
@@ -645,8 +659,15 @@ impl Model {
             return Err(err(ErrorCode::TooLarge, format!("the cluster holds at most {MAX_TABLES} tables")));
         }
         let (spec, hidden_pk) = spec.normalize()?;
-        let mut table =
-            Table { id: self.next_table_id, spec, partition_count, schema_version: 1, hidden_pk, indexes: vec![] };
+        let mut table = Table {
+            id: self.next_table_id,
+            spec,
+            partition_count,
+            schema_version: 1,
+            hidden_pk,
+            indexes: vec![],
+            read_only: false,
+        };
         for index in indexes {
             add_index(&mut table, index)?;
         }
@@ -675,6 +696,26 @@ impl Model {
         add_index(t, index)?;
         t.schema_version += 1;
         Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
+    }
+
+    fn set_read_only(&mut self, table: &str, read_only: bool) -> CommandResult {
+        self.config()?;
+        let t = self.table_mut(table)?;
+        t.read_only = read_only;
+        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
+    }
+
+    fn replace_table(&mut self, table: &str, with: &str) -> CommandResult {
+        self.config()?;
+        let name = self.table_mut(table)?.spec.name.clone();
+        let new = self.table_mut(with)?;
+        new.spec.name = name.clone();
+        new.read_only = false;
+        new.schema_version += 1;
+        let id = new.id;
+        let out = new.clone();
+        self.cluster.tables.retain(|t| t.id == id || !t.spec.name.eq_ignore_ascii_case(&name));
+        Ok(Outcome { epoch: 0, table: Some(out), ..Outcome::default() })
     }
 
     fn drop_index(&mut self, table: &str, name: &str, if_exists: bool) -> CommandResult {
@@ -1093,5 +1134,32 @@ mod tests {
         json.as_object_mut().unwrap().remove("users");
         let back: Model = serde_json::from_value(json).unwrap();
         assert_eq!(back.users, vec![UserAccount::initial_root()]);
+    }
+
+    #[test]
+    fn alter_by_copy_swaps_the_copy_in_under_the_old_name() {
+        let mut m = started(1, 2);
+        let spec = |name: &str, cols: usize| TableSpec {
+            name: name.into(),
+            columns: (0..cols).map(|i| Column::new(&format!("c{i}"), ColumnType::Int)).collect(),
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let create =
+            |name: &str, cols| Command::CreateTable { spec: spec(name, cols), if_not_exists: false, indexes: vec![] };
+        let old = m.apply(create("d.t", 2)).unwrap().table.unwrap();
+        let copy = m.apply(create("d.#alter-t", 3)).unwrap().table.unwrap();
+        let t = m.apply(Command::SetReadOnly { table: "d.t".into(), read_only: true }).unwrap().table.unwrap();
+        assert!(t.read_only);
+        let epoch = m.cluster.epoch;
+        let done = m.apply(Command::ReplaceTable { table: "d.T".into(), with: "d.#alter-t".into() }).unwrap();
+        assert_eq!(m.cluster.epoch, epoch + 1, "one map change");
+        let t = done.table.unwrap();
+        assert_eq!((t.id, t.spec.name.as_str(), t.read_only, t.columns().len()), (copy.id, "d.t", false, 3));
+        assert_eq!(m.cluster.tables.len(), 1);
+        assert!(m.cluster.table_by_id(old.id).is_none());
+        let missing = Command::ReplaceTable { table: "d.t".into(), with: "d.nope".into() };
+        assert_eq!(m.apply(missing).unwrap_err().code, ErrorCode::NoSuchTable);
+        assert_eq!(m.cluster.tables.len(), 1, "a failed command changes nothing");
     }
 }

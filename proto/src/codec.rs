@@ -325,7 +325,7 @@ mod tests {
             partition_key: vec![],
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
-        Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![] }
+        Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
     }
 
     #[test]

@@ -145,6 +145,7 @@ impl From<&Table> for pb::Table {
             schema_version: t.schema_version,
             hidden_pk: t.hidden_pk,
             indexes: t.indexes.iter().map(pb::IndexSpec::from).collect(),
+            read_only: t.read_only,
         }
     }
 }
@@ -175,6 +176,7 @@ impl TryFrom<pb::Table> for Table {
             schema_version: t.schema_version,
             hidden_pk: t.hidden_pk,
             indexes: t.indexes.into_iter().map(IndexSpec::from).collect(),
+            read_only: t.read_only,
         })
     }
 }

@@ -31,6 +31,7 @@ pub enum ErrorCode {
     UserExists,
     NoSuchUser,
     NoSuchGrant,
+    SchemaChanged,
 }
 
 impl ErrorCode {
@@ -62,6 +63,7 @@ impl ErrorCode {
             ErrorCode::UserExists => P::UserExists,
             ErrorCode::NoSuchUser => P::NoSuchUser,
             ErrorCode::NoSuchGrant => P::NoSuchGrant,
+            ErrorCode::SchemaChanged => P::SchemaChanged,
         }) as i32
     }
 
@@ -92,6 +94,7 @@ impl ErrorCode {
             P::UserExists => ErrorCode::UserExists,
             P::NoSuchUser => ErrorCode::NoSuchUser,
             P::NoSuchGrant => ErrorCode::NoSuchGrant,
+            P::SchemaChanged => ErrorCode::SchemaChanged,
         }
     }
 
@@ -122,6 +125,7 @@ impl ErrorCode {
             ErrorCode::UserExists => "USER_EXISTS",
             ErrorCode::NoSuchUser => "NO_SUCH_USER",
             ErrorCode::NoSuchGrant => "NO_SUCH_GRANT",
+            ErrorCode::SchemaChanged => "SCHEMA_CHANGED",
         }
     }
 

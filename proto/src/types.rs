@@ -108,6 +108,9 @@ pub struct Table {
     /// Ordered indexes the data nodes keep for this table.
     #[serde(default)]
     pub indexes: Vec<IndexSpec>,
+    /// Writes are refused while an ALTER TABLE copies the rows (see `Command::ReplaceTable`).
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// Most indexes per table.

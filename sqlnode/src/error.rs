@@ -37,6 +37,8 @@ pub mod code {
     pub const KEY_COLUMN_DOES_NOT_EXIST: u16 = 1072;
     pub const TOO_MANY_KEYS: u16 = 1069;
     pub const CANT_DROP_FIELD_OR_KEY: u16 = 1091;
+    pub const CANT_REMOVE_ALL_FIELDS: u16 = 1090;
+    pub const TABLE_DEF_CHANGED: u16 = 1412;
     pub const DUP_ENTRY: u16 = 1062;
     pub const PARSE: u16 = 1064;
     pub const INVALID_DEFAULT: u16 = 1067;
@@ -187,6 +189,10 @@ impl SqlError {
                 format!("Deadlock found when trying to get lock; try restarting transaction ({})", e.message),
             ),
             ErrorCode::TooManyLocks => SqlError::new(LOCK_TABLE_FULL, e.message.clone()),
+            ErrorCode::SchemaChanged => SqlError::new(
+                TABLE_DEF_CHANGED,
+                format!("Table definition has changed, please retry transaction ({})", e.message),
+            ),
             ErrorCode::InvalidArgument => SqlError::new(UNKNOWN, e.message.clone()),
             ErrorCode::Internal => SqlError::new(UNKNOWN, format!("internal error: {}", e.message)),
             _ => SqlError::new(GET_ERRMSG, format!("Got error {} '{}' from the cluster", e.code.name(), e.message)),

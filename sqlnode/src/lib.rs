@@ -2,6 +2,7 @@
 //! plans SQL ([`sql`]), and runs it over the cluster through the native client ([`exec`],
 //! [`session`]). Any number of SQL nodes can serve one cluster.
 
+mod alter;
 pub mod auth;
 pub mod error;
 pub mod exec;

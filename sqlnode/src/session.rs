@@ -18,6 +18,9 @@ use shoal_proto::{
 use sqlparser::ast::{self, ColumnOption, Statement, TableConstraint};
 
 use crate::error::{code, SqlError, SqlResult};
+
+/// How often a write that raced with an ALTER TABLE is run again.
+const DDL_RACE_ATTEMPTS: u32 = 20;
 use crate::sql::bind::{system_variable, Binder, Env, TableRef, SHOWN_VARIABLES};
 use crate::sql::parse::{self, Admin};
 use crate::types::{SqlType, WireType};
@@ -316,41 +319,17 @@ impl Session {
     async fn statement(&mut self, stmt: Statement, sql: &str) -> SqlResult<Outcome> {
         match stmt {
             Statement::Query(q) => self.select(&q, sql).await,
-            // UPDATE, DELETE and INSERT … ON DUPLICATE KEY UPDATE read rows and write what they
-            // computed from them: they lock the rows they read, inside the session's transaction
-            // or (autocommit) one of their own, so no concurrent writer can slip in between
-            // (`k = k + 1` from two sessions never loses one) and the statement is atomic.
-            Statement::Insert(ins) if ins.on.is_some() => {
-                let implicit = self.begin_implicit().await;
-                self.set_read_lock(shoal_client::LockMode::Exclusive);
-                let out = self.insert(&ins, sql).await;
-                self.set_read_lock(shoal_client::LockMode::None);
-                let out = self.end_implicit(implicit, out).await;
-                self.note_write();
-                out
-            }
-            Statement::Insert(ins) => {
-                let out = self.insert(&ins, sql).await;
-                self.note_write();
-                out
-            }
-            Statement::Update(u) => {
-                let implicit = self.begin_implicit().await;
-                self.set_read_lock(shoal_client::LockMode::Exclusive);
-                let out = self.update(&u).await;
-                self.set_read_lock(shoal_client::LockMode::None);
-                let out = self.end_implicit(implicit, out).await;
-                self.note_write();
-                out
-            }
-            Statement::Delete(d) => {
-                let implicit = self.begin_implicit().await;
-                self.set_read_lock(shoal_client::LockMode::Exclusive);
-                let out = self.delete(&d).await;
-                self.set_read_lock(shoal_client::LockMode::None);
-                let out = self.end_implicit(implicit, out).await;
-                self.note_write();
-                out
+            // A write that raced with an ALTER TABLE (1412) failed whole; outside a transaction
+            // it is planned and run again against the new table.
+            write @ (Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)) => {
+                let mut attempt = 0;
+                loop {
+                    let out = self.write_once(&write, sql).await;
+                    if !self.ddl_race_retry(&mut attempt, &out).await {
+                        self.note_write();
+                        break out;
+                    }
+                }
             }
             Statement::CreateTable(ct) => self.create_table(&ct, &[]).await,
             Statement::Drop { object_type: ast::ObjectType::Table, if_exists, names, temporary: false, .. } => {
@@ -406,6 +385,54 @@ impl Session {
                 Err(SqlError::not_supported(head))
             }
         }
+    }
+
+    /// One attempt at INSERT / UPDATE / DELETE.
+    async fn write_once(&mut self, stmt: &Statement, sql: &str) -> SqlResult<Outcome> {
+        match stmt {
+            // UPDATE, DELETE and INSERT … ON DUPLICATE KEY UPDATE read rows and write what they
+            // computed from them: they lock the rows they read, inside the session's transaction
+            // or (autocommit) one of their own, so no concurrent writer can slip in between
+            // (`k = k + 1` from two sessions never loses one) and the statement is atomic.
+            Statement::Insert(ins) if ins.on.is_some() => {
+                let implicit = self.begin_implicit().await;
+                self.set_read_lock(shoal_client::LockMode::Exclusive);
+                let out = self.insert(ins, sql).await;
+                self.set_read_lock(shoal_client::LockMode::None);
+                self.end_implicit(implicit, out).await
+            }
+            Statement::Insert(ins) => self.insert(ins, sql).await,
+            Statement::Update(u) => {
+                let implicit = self.begin_implicit().await;
+                self.set_read_lock(shoal_client::LockMode::Exclusive);
+                let out = self.update(u).await;
+                self.set_read_lock(shoal_client::LockMode::None);
+                self.end_implicit(implicit, out).await
+            }
+            Statement::Delete(d) => {
+                let implicit = self.begin_implicit().await;
+                self.set_read_lock(shoal_client::LockMode::Exclusive);
+                let out = self.delete(d).await;
+                self.set_read_lock(shoal_client::LockMode::None);
+                self.end_implicit(implicit, out).await
+            }
+            _ => Err(SqlError::internal("not a write statement")),
+        }
+    }
+
+    /// Whether to run a write again after it raced with an ALTER TABLE: it failed with 1412,
+    /// no transaction is open (one would have lost its work), and it has not tried too often.
+    async fn ddl_race_retry(&self, attempt: &mut u32, out: &SqlResult<Outcome>) -> bool {
+        if *attempt >= DDL_RACE_ATTEMPTS || !matches!(out, Err(e) if e.code == code::TABLE_DEF_CHANGED) {
+            return false;
+        }
+        if self.txn.lock().await.is_some() {
+            return false;
+        }
+        *attempt += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let _ = self.client().refresh().await;
+        true
     }
 
     fn note_write(&mut self) {
@@ -751,62 +778,10 @@ impl Session {
             if columns.iter().any(|c| c.name.eq_ignore_ascii_case(&cname)) {
                 return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{cname}'")));
             }
-            let ty = SqlType::from_ast(&cd.data_type)?;
-            let (storage, max_len) = ty.storage()?;
-            let mut col = Column::new(&cname, storage);
-            col.max_len = max_len;
-            col.sql_type = ty.to_string();
-            col.nullable = true;
-            let mut default_expr = None;
-            for opt in &cd.options {
-                match &opt.option {
-                    ColumnOption::Null => col.nullable = true,
-                    ColumnOption::NotNull => col.nullable = false,
-                    ColumnOption::Default(e) => default_expr = Some(e.clone()),
-                    ColumnOption::PrimaryKey(_) => {
-                        pk_defs += 1;
-                        pk = vec![columns.len() as u32];
-                        col.nullable = false;
-                    }
-                    ColumnOption::DialectSpecific(tokens)
-                        if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
-                    {
-                        if !matches!(ty, SqlType::Int { .. }) {
-                            return Err(SqlError::new(
-                                code::WRONG_AUTO_KEY,
-                                format!("Incorrect column specifier for column '{cname}'"),
-                            ));
-                        }
-                        col.auto_increment = true;
-                        col.nullable = false;
-                    }
-                    ColumnOption::Comment(_) | ColumnOption::CharacterSet(_) | ColumnOption::Collation(_) => {}
-                    ColumnOption::Unique(_) => return Err(SqlError::not_supported("UNIQUE constraints")),
-                    other => return Err(SqlError::not_supported(format!("column option {other}"))),
-                }
-            }
-            if let Some(e) = default_expr {
-                let bad = || SqlError::new(code::INVALID_DEFAULT, format!("Invalid default value for '{cname}'"));
-                if col.auto_increment {
-                    return Err(bad());
-                }
-                let mut b = Binder::new(&env, None, "field list");
-                let v = match &e {
-                    ast::Expr::Identifier(i)
-                        if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("current_timestamp") =>
-                    {
-                        return Err(SqlError::not_supported("DEFAULT CURRENT_TIMESTAMP"));
-                    }
-                    ast::Expr::Function(_) => return Err(SqlError::not_supported("non-constant DEFAULT")),
-                    _ => b.bind(&e).map_err(|_| bad())?.eval(&[], &[]).map_err(|_| bad())?,
-                };
-                if v.is_null() {
-                    if !col.nullable {
-                        return Err(bad());
-                    }
-                } else {
-                    col.default = Some(ty.store(&cname, &v, 1).map_err(|_| bad())?);
-                }
+            let (col, inline_pk) = column_from_def(&env, cd)?;
+            if inline_pk {
+                pk_defs += 1;
+                pk = vec![columns.len() as u32];
             }
             columns.push(col);
         }
@@ -933,10 +908,14 @@ impl Session {
         }
     }
 
-    /// ALTER TABLE: adding and dropping indexes (one catalog change each); column changes are
-    /// not supported yet.
+    /// ALTER TABLE: adding and dropping indexes (one catalog change each); column changes by
+    /// copy (`alter.rs`).
     async fn alter_table(&mut self, at: &ast::AlterTable) -> SqlResult<Outcome> {
         let t = self.resolve(&object_parts(&at.name)).await?;
+        if at.operations.iter().any(crate::alter::changes_columns) {
+            self.alter_by_copy(&t, &at.operations).await?;
+            return Ok(Outcome::ok());
+        }
         for op in &at.operations {
             match op {
                 ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ix), .. } => {
@@ -1131,7 +1110,7 @@ pub fn show_like(pattern: &str, s: &str) -> bool {
 }
 
 /// The column positions of an index's key parts.
-fn index_columns(columns: &[Column], parts: &[ast::IndexColumn]) -> SqlResult<Vec<u32>> {
+pub(crate) fn index_columns(columns: &[Column], parts: &[ast::IndexColumn]) -> SqlResult<Vec<u32>> {
     let mut out = vec![];
     for ic in parts {
         let n = match &ic.column.expr {
@@ -1160,4 +1139,68 @@ fn default_index_name(columns: &[Column], first: u32, taken: &[IndexSpec]) -> St
         return base;
     }
     (2..).map(|k| format!("{base}_{k}")).find(|n| free(n)).expect("some suffix is free")
+}
+
+/// One column of CREATE TABLE / ALTER TABLE ADD COLUMN: the catalog column, and whether it
+/// says PRIMARY KEY itself.
+pub(crate) fn column_from_def(env: &Env, cd: &ast::ColumnDef) -> SqlResult<(Column, bool)> {
+    let cname = cd.name.value.clone();
+    let mut inline_pk = false;
+    let ty = SqlType::from_ast(&cd.data_type)?;
+    let (storage, max_len) = ty.storage()?;
+    let mut col = Column::new(&cname, storage);
+    col.max_len = max_len;
+    col.sql_type = ty.to_string();
+    col.nullable = true;
+    let mut default_expr = None;
+    for opt in &cd.options {
+        match &opt.option {
+            ColumnOption::Null => col.nullable = true,
+            ColumnOption::NotNull => col.nullable = false,
+            ColumnOption::Default(e) => default_expr = Some(e.clone()),
+            ColumnOption::PrimaryKey(_) => {
+                inline_pk = true;
+                col.nullable = false;
+            }
+            ColumnOption::DialectSpecific(tokens)
+                if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
+            {
+                if !matches!(ty, SqlType::Int { .. }) {
+                    return Err(SqlError::new(
+                        code::WRONG_AUTO_KEY,
+                        format!("Incorrect column specifier for column '{cname}'"),
+                    ));
+                }
+                col.auto_increment = true;
+                col.nullable = false;
+            }
+            ColumnOption::Comment(_) | ColumnOption::CharacterSet(_) | ColumnOption::Collation(_) => {}
+            ColumnOption::Unique(_) => return Err(SqlError::not_supported("UNIQUE constraints")),
+            other => return Err(SqlError::not_supported(format!("column option {other}"))),
+        }
+    }
+    if let Some(e) = default_expr {
+        let bad = || SqlError::new(code::INVALID_DEFAULT, format!("Invalid default value for '{cname}'"));
+        if col.auto_increment {
+            return Err(bad());
+        }
+        let mut b = Binder::new(env, None, "field list");
+        let v = match &e {
+            ast::Expr::Identifier(i)
+                if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("current_timestamp") =>
+            {
+                return Err(SqlError::not_supported("DEFAULT CURRENT_TIMESTAMP"));
+            }
+            ast::Expr::Function(_) => return Err(SqlError::not_supported("non-constant DEFAULT")),
+            _ => b.bind(&e).map_err(|_| bad())?.eval(&[], &[]).map_err(|_| bad())?,
+        };
+        if v.is_null() {
+            if !col.nullable {
+                return Err(bad());
+            }
+        } else {
+            col.default = Some(ty.store(&cname, &v, 1).map_err(|_| bad())?);
+        }
+    }
+    Ok((col, inline_pk))
 }

@@ -69,7 +69,7 @@ mod robustness {
             crate::sql::bind::TableRef::new(
                 "d",
                 name,
-                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![] },
+                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![], read_only: false },
             )
         };
         let mut catalog = Catalog::new(Some("d".into()));

@@ -1391,7 +1391,7 @@ mod tests {
             TableRef::new(
                 "d",
                 name,
-                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![] },
+                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![], read_only: false },
             )
         };
         let mut c = Catalog::new(Some("d".into()));
