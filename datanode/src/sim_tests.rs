@@ -312,10 +312,19 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                         let row = vec![Value::Int(k), Value::Int(round)];
                         Op { kind: OpKind::Upsert, table: table.id, partition, key: vec![], row, columns: vec![] }
                     };
-                    match ops::write(primary.clone(), op).await {
-                        Ok(_) => {}
-                        Err(e) if e.code == ErrorCode::KeyNotFound => {}
-                        Err(e) => panic!("write failed: {e}"),
+                    // Node 11 may still be activating as primary of node 12's partitions
+                    // (NODE_NOT_READY): retried as the client would, within 2 s.
+                    let mut tries = 0;
+                    loop {
+                        match ops::write(primary.clone(), op.clone()).await {
+                            Ok(_) => break,
+                            Err(e) if e.code == ErrorCode::KeyNotFound => break,
+                            Err(e) if e.code == ErrorCode::NodeNotReady && tries < 200 => {
+                                tries += 1;
+                                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                            }
+                            Err(e) => panic!("write failed: {e}"),
+                        }
                     }
                 }
                 tokio::task::yield_now().await;
