@@ -158,8 +158,13 @@ async fn sync_writes_survive_a_whole_cluster_kill() {
     let history = load.await.unwrap();
     let client = cluster.client().await;
     let rows = all_rows(&client).await;
-    for (k, (v, _)) in &history.acked {
-        assert_eq!(rows.get(k), Some(v), "sync write of key {k} was acknowledged but is gone");
+    let cut = restored_gcis(&cluster);
+    for (k, (v, gci)) in &history.acked {
+        assert_eq!(
+            rows.get(k),
+            Some(v),
+            "sync write of key {k} was acknowledged in GCI {gci} but is gone (restored {cut:?})"
+        );
     }
     eprintln!("{} sync writes acknowledged, all present; {} unknown", history.acked.len(), history.unknown.len());
     assert!(history.acked.len() > 50, "the load did run");

@@ -595,6 +595,21 @@ impl Client {
                     }
                 }
             }
+            // The newest GCI being durable says nothing of older ones: an operation done before
+            // a whole-cluster crash and one retried after it land in different lives, and the
+            // older one's GCI may have been rolled back by the system restart.
+            let map = self.map();
+            for (i, o) in out.iter_mut().enumerate() {
+                if gcis[i] > 0 && o.is_ok() && !map.gci_durable(gcis[i], group_of[i]) {
+                    *o = Err(ShoalError::new(
+                        ErrorCode::Timeout,
+                        format!(
+                            "the write's global checkpoint {} was rolled back by a system restart: it is lost",
+                            gcis[i]
+                        ),
+                    ));
+                }
+            }
         }
         (out, gcis)
     }

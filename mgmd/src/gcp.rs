@@ -82,6 +82,13 @@ pub async fn gcp_loop(leader: Arc<Leader>, mut shutdown: watch::Receiver<bool>) 
         next += 1;
         match round(&parts, gci + 1, cluster.gci_complete).await {
             Ok(restorable) => {
+                if restorable.len() < parts.len() {
+                    let not: Vec<NodeId> = parts.iter().map(|p| p.id).filter(|id| !restorable.contains(id)).collect();
+                    tracing::info!(
+                        gci,
+                        "global checkpoint {gci} is complete, but nodes {not:?} cannot restore it from their files yet"
+                    );
+                }
                 let res = leader.consensus().propose(Command::GciComplete { gci, restorable }).await;
                 match res {
                     Ok(_) => {
