@@ -14,6 +14,16 @@ fn code_of<T: std::fmt::Debug>(r: Result<T, mysql_async::Error>) -> u16 {
     }
 }
 
+/// Root on the cluster's first SQL node.
+fn root_opts(cluster: &TestCluster) -> OptsBuilder {
+    let (host, port) = cluster.mysql_addrs[0].rsplit_once(':').unwrap();
+    OptsBuilder::default()
+        .ip_or_hostname(host.to_string())
+        .tcp_port(port.parse().unwrap())
+        .user(Some("root"))
+        .prefer_socket(false)
+}
+
 async fn rows(c: &mut Conn, sql: &str) -> Vec<String> {
     let rs: Vec<mysql_async::Row> = c.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     rs.into_iter()
@@ -33,13 +43,7 @@ async fn rows(c: &mut Conn, sql: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_subqueries_unions_views() {
     let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
-    let (host, port) = cluster.mysql_addrs[0].rsplit_once(':').unwrap();
-    let opts = OptsBuilder::default()
-        .ip_or_hostname(host.to_string())
-        .tcp_port(port.parse().unwrap())
-        .user(Some("root"))
-        .prefer_socket(false);
-    let mut c = Conn::new(opts).await.expect("connect");
+    let mut c = Conn::new(root_opts(&cluster)).await.expect("connect");
     c.query_drop("CREATE DATABASE q").await.unwrap();
     c.query_drop("USE q").await.unwrap();
     c.query_drop("CREATE TABLE dept (id INT PRIMARY KEY, name VARCHAR(20))").await.unwrap();
@@ -321,13 +325,7 @@ async fn joins_subqueries_unions_views() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_indexes_serve_ranges() {
     let cluster = TestCluster::start_with_sql(2, 2, 1, 1);
-    let (host, port) = cluster.mysql_addrs[0].rsplit_once(':').unwrap();
-    let opts = OptsBuilder::default()
-        .ip_or_hostname(host.to_string())
-        .tcp_port(port.parse().unwrap())
-        .user(Some("root"))
-        .prefer_socket(false);
-    let mut c = Conn::new(opts).await.expect("connect");
+    let mut c = Conn::new(root_opts(&cluster)).await.expect("connect");
     c.query_drop("CREATE DATABASE ix").await.unwrap();
     c.query_drop("USE ix").await.unwrap();
     c.query_drop("CREATE TABLE t (id INT PRIMARY KEY, k INT, s VARCHAR(10), f DOUBLE, KEY k_idx (k))").await.unwrap();
@@ -431,14 +429,8 @@ async fn ordered_indexes_serve_ranges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alter_table_adds_and_drops_columns() {
     let cluster = TestCluster::start_with_sql(2, 2, 1, 1);
-    let (host, port) = cluster.mysql_addrs[0].rsplit_once(':').unwrap();
-    let opts = OptsBuilder::default()
-        .ip_or_hostname(host.to_string())
-        .tcp_port(port.parse().unwrap())
-        .user(Some("root"))
-        .db_name(Some("alt"))
-        .prefer_socket(false);
-    let mut c = Conn::new(opts.clone().db_name(None::<String>)).await.expect("connect");
+    let opts = root_opts(&cluster).db_name(Some("alt"));
+    let mut c = Conn::new(root_opts(&cluster)).await.expect("connect");
     c.query_drop("CREATE DATABASE alt").await.unwrap();
     c.query_drop("USE alt").await.unwrap();
     c.query_drop("CREATE TABLE a (id INT PRIMARY KEY, v INT, s VARCHAR(10), KEY v_idx (v))").await.unwrap();

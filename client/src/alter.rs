@@ -3,48 +3,22 @@
 //! writes retriably), copies the rows, and swaps the copy in under the old name.
 
 use shoal_proto::pb;
-use shoal_proto::{ShoalError, Table};
+use shoal_proto::Table;
 
-use crate::{Client, Result};
+use crate::{table_of, Client, Result};
 
 impl Client {
     /// Refuses (`true`) or allows again writes to `table`; returns the table as it is now.
     pub async fn set_read_only(&self, table: &str, read_only: bool) -> Result<Table> {
         let req = pb::SetReadOnlyRequest { table: table.to_string(), read_only };
-        let resp = self
-            .inner
-            .mgmd
-            .on_leader(|mut c| {
-                let req = req.clone();
-                async move {
-                    let r = c.set_read_only(req).await?.into_inner();
-                    let e = r.error.clone();
-                    Ok((r, e))
-                }
-            })
-            .await?;
-        self.wait_for_epoch(resp.epoch).await;
-        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
-        Table::try_from(t)
+        let resp = self.catalog_change(req, |mut c, r| async move { c.set_read_only(r).await }).await?;
+        table_of(resp)
     }
 
     /// Drops `table` and gives its name to `with`, in one catalog change.
     pub async fn replace_table(&self, table: &str, with: &str) -> Result<Table> {
         let req = pb::ReplaceTableRequest { table: table.to_string(), with: with.to_string() };
-        let resp = self
-            .inner
-            .mgmd
-            .on_leader(|mut c| {
-                let req = req.clone();
-                async move {
-                    let r = c.replace_table(req).await?.into_inner();
-                    let e = r.error.clone();
-                    Ok((r, e))
-                }
-            })
-            .await?;
-        self.wait_for_epoch(resp.epoch).await;
-        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
-        Table::try_from(t)
+        let resp = self.catalog_change(req, |mut c, r| async move { c.replace_table(r).await }).await?;
+        table_of(resp)
     }
 }

@@ -14,7 +14,7 @@ use shoal_proto::{ErrorCode, IndexSpec, ShoalError, Table, TableSpec, Value};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::{Client, Result, Row, SCAN_BATCH_ROWS};
+use crate::{table_of, Client, Result, Row, SCAN_BATCH_ROWS};
 
 /// A range of an ordered index: the index columns, compared as a prefix, between the bounds
 /// (an empty bound is open).
@@ -53,21 +53,8 @@ impl Client {
             if_not_exists,
             indexes: indexes.iter().map(pb::IndexSpec::from).collect(),
         };
-        let resp = self
-            .inner
-            .mgmd
-            .on_leader(|mut c| {
-                let req = req.clone();
-                async move {
-                    let r = c.create_table(req).await?.into_inner();
-                    let e = r.error.clone();
-                    Ok((r, e))
-                }
-            })
-            .await?;
-        self.wait_for_epoch(resp.epoch).await;
-        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
-        Table::try_from(t)
+        let resp = self.catalog_change(req, |mut c, r| async move { c.create_table(r).await }).await?;
+        table_of(resp)
     }
 
     /// Adds an ordered index to `table`; every data node builds it from its rows when it
@@ -78,38 +65,13 @@ impl Client {
             index: Some(pb::IndexSpec::from(&index)),
             if_not_exists,
         };
-        let resp = self
-            .inner
-            .mgmd
-            .on_leader(|mut c| {
-                let req = req.clone();
-                async move {
-                    let r = c.create_index(req).await?.into_inner();
-                    let e = r.error.clone();
-                    Ok((r, e))
-                }
-            })
-            .await?;
-        self.wait_for_epoch(resp.epoch).await;
-        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
-        Table::try_from(t)
+        let resp = self.catalog_change(req, |mut c, r| async move { c.create_index(r).await }).await?;
+        table_of(resp)
     }
 
     pub async fn drop_index(&self, table: &str, name: &str, if_exists: bool) -> Result<()> {
         let req = pb::DropIndexRequest { table: table.to_string(), name: name.to_string(), if_exists };
-        let resp = self
-            .inner
-            .mgmd
-            .on_leader(|mut c| {
-                let req = req.clone();
-                async move {
-                    let r = c.drop_index(req).await?.into_inner();
-                    let e = r.error.clone();
-                    Ok((r, e))
-                }
-            })
-            .await?;
-        self.wait_for_epoch(resp.epoch).await;
+        self.catalog_change(req, |mut c, r| async move { c.drop_index(r).await }).await?;
         Ok(())
     }
 

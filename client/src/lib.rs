@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use shoal_proto::codec::{self, check_row, encode_key};
 use shoal_proto::convert::{check, values_from_pb, values_to_pb};
 use shoal_proto::filter::Filter;
-use shoal_proto::pb::{self, data_node_client::DataNodeClient};
+use shoal_proto::pb::{self, data_node_client::DataNodeClient, mgmd_client::MgmdClient};
 use shoal_proto::{ClusterState, ErrorCode, NodeId, NodeState, ShoalError, Table, TableSpec, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
@@ -278,39 +278,38 @@ impl Client {
 
     pub async fn create_table(&self, spec: TableSpec, if_not_exists: bool) -> Result<Table> {
         let req = pb::CreateTableRequest { spec: Some(pb::TableSpec::from(&spec)), if_not_exists, indexes: vec![] };
-        let resp = self
-            .inner
-            .mgmd
-            .on_leader(|mut c| {
-                let req = req.clone();
-                async move {
-                    let r = c.create_table(req).await?.into_inner();
-                    let e = r.error.clone();
-                    Ok((r, e))
-                }
-            })
-            .await?;
-        self.wait_for_epoch(resp.epoch).await;
-        let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
-        Table::try_from(t)
+        let resp = self.catalog_change(req, |mut c, r| async move { c.create_table(r).await }).await?;
+        table_of(resp)
     }
 
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<()> {
         let req = pb::DropTableRequest { name: name.to_string(), if_exists };
+        self.catalog_change(req, |mut c, r| async move { c.drop_table(r).await }).await?;
+        Ok(())
+    }
+
+    /// Runs one catalog change on the mgmd leader (`call` sends the request with a client)
+    /// and waits until this client's map shows it.
+    async fn catalog_change<R, F, Fut>(&self, req: R, call: F) -> Result<pb::AdminResponse>
+    where
+        R: Clone,
+        F: Fn(MgmdClient<Channel>, R) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<pb::AdminResponse>, tonic::Status>>,
+    {
         let resp = self
             .inner
             .mgmd
-            .on_leader(|mut c| {
-                let req = req.clone();
+            .on_leader(|c| {
+                let sent = call(c, req.clone());
                 async move {
-                    let r = c.drop_table(req).await?.into_inner();
+                    let r = sent.await?.into_inner();
                     let e = r.error.clone();
                     Ok((r, e))
                 }
             })
             .await?;
         self.wait_for_epoch(resp.epoch).await;
-        Ok(())
+        Ok(resp)
     }
 
     async fn wait_for_epoch(&self, epoch: u64) {
@@ -911,4 +910,10 @@ async fn watch_map(inner: std::sync::Weak<Inner>) {
 /// A retry found a different table under the operation's table name.
 pub(crate) fn schema_changed() -> ShoalError {
     ShoalError::new(ErrorCode::SchemaChanged, "the table was replaced (ALTER TABLE) during the operation")
+}
+
+/// The table a catalog change answered with.
+pub(crate) fn table_of(resp: pb::AdminResponse) -> Result<Table> {
+    let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
+    Table::try_from(t)
 }
