@@ -18,6 +18,9 @@ use crate::error::{code, SqlError, SqlResult};
 use crate::session::{column_from_def, index_columns, Session};
 use crate::sql::bind::TableRef;
 
+/// Names of the copies ALTER TABLE makes start with this (hidden from SHOW TABLES).
+pub const COPY_PREFIX: &str = "#alter-";
+
 /// Rows per insert batch while copying.
 const COPY_BATCH: usize = 500;
 
@@ -195,7 +198,7 @@ impl Session {
             specs.push(IndexSpec { id: 0, name: ix.name.clone(), columns, unique: false });
         }
         let (db, name) = table.spec.name.split_once('.').unwrap_or(("", table.spec.name.as_str()));
-        let copy_name = format!("{db}.#alter-{name}");
+        let copy_name = format!("{db}.{COPY_PREFIX}{name}");
         let spec = TableSpec {
             name: copy_name.clone(),
             columns: cols.iter().map(|c| c.col.clone()).collect(),

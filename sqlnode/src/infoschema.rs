@@ -71,7 +71,7 @@ impl Session {
             "tables" => {
                 let mut rows = vec![];
                 for db in self.visible_databases() {
-                    for (t, _) in self.tables_in(&db) {
+                    for (t, _) in self.user_tables_in(&db) {
                         rows.push(vec![
                             s("def"),
                             s(&db),
@@ -121,7 +121,7 @@ impl Session {
             "columns" => {
                 let mut rows = vec![];
                 for db in self.visible_databases() {
-                    for (name, table) in self.tables_in(&db) {
+                    for (name, table) in self.user_tables_in(&db) {
                         let t = TableRef::new(&db, &name, table);
                         for i in 0..t.visible() {
                             let c = &t.table.columns()[i];

@@ -247,6 +247,14 @@ impl Session {
     }
 
     /// Tables of one database: (name, catalog table).
+    /// The tables of `db` a user sees: without the copies an ALTER TABLE is making.
+    pub fn user_tables_in(&self, db: &str) -> Vec<(String, Table)> {
+        let mut out = self.tables_in(db);
+        out.retain(|(name, _)| !name.starts_with(crate::alter::COPY_PREFIX));
+        out
+    }
+
+    /// Every table of `db`, ALTER TABLE copies included (DROP DATABASE drops them too).
     pub fn tables_in(&self, db: &str) -> Vec<(String, Table)> {
         let map = self.client().map();
         let prefix = format!("{}.", db.to_lowercase());
@@ -567,7 +575,7 @@ impl Session {
                 }
                 let title = format!("Tables_in_{db}");
                 let mut named: Vec<(String, &str)> =
-                    self.tables_in(&db).into_iter().map(|(n, _)| (n, "BASE TABLE")).collect();
+                    self.user_tables_in(&db).into_iter().map(|(n, _)| (n, "BASE TABLE")).collect();
                 named.extend(self.views_in(&db).await?.into_iter().map(|v| (v.name, "VIEW")));
                 named.sort_by_key(|(n, _)| n.to_lowercase());
                 let rows: Vec<Vec<String>> = named
