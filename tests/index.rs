@@ -155,3 +155,34 @@ async fn ordered_indexes_range_scan_in_order_across_partitions_and_survive_resta
     assert!(client.drop_index("items", "by_k", false).await.is_err());
     client.drop_index("items", "by_k", true).await.unwrap();
 }
+
+/// ALTER TABLE's read-only mark is a lease: when its SQL node stops renewing it (it died
+/// during the copy), mgmd lets writes in again, and the copy can no longer be swapped in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_read_only_mark_is_lifted_and_its_copy_refused() {
+    let cluster = TestCluster::start(1, 2, 1);
+    let client = cluster.client().await;
+    client.create_table(spec(), false).await.unwrap();
+    client.create_table(TableSpec { name: "items_copy".into(), ..spec() }, false).await.unwrap();
+    let row = |id: i64| vec![Value::Int(id), Value::Int(1), Value::Text("x".into())];
+    client.insert("items", row(1)).await.unwrap();
+    assert!(client.set_read_only("items", true).await.unwrap().read_only);
+    let quick = Client::connect_with(
+        &cluster.mgmd_addrs,
+        shoal_client::ClientOptions { deadline: Duration::from_millis(300), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert!(quick.insert("items", row(2)).await.is_err(), "a read-only table refuses writes");
+    assert_eq!(client.get("items", vec![Value::Int(1)]).await.unwrap(), Some(row(1)), "reads go on");
+    // Nobody renews the mark: after the lease (10 s) writes come back.
+    let started = std::time::Instant::now();
+    common::eventually("writes allowed again", Duration::from_secs(30), || async {
+        quick.insert("items", row(3)).await.ok()
+    })
+    .await;
+    assert!(started.elapsed() >= Duration::from_secs(5), "the mark held for its lease");
+    let e = client.replace_table("items", "items_copy").await.unwrap_err();
+    assert_eq!(e.code, shoal_proto::ErrorCode::SchemaChanged);
+    assert_eq!(client.get("items", vec![Value::Int(3)]).await.unwrap(), Some(row(3)));
+}

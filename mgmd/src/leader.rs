@@ -93,6 +93,10 @@ struct Term {
     /// Restart progress data nodes reported, with when.
     progress: HashMap<NodeId, (String, Instant)>,
     rebalance_in_flight: bool,
+    /// Read-only tables (an ALTER TABLE copying them) and when their ALTER last renewed the
+    /// flag; a table not renewed for `READ_ONLY_LEASE_MS` gets its writes back.
+    read_only_renewed: HashMap<String, Instant>,
+    read_only_release_in_flight: HashSet<String>,
 }
 
 impl Term {
@@ -112,6 +116,8 @@ impl Term {
             rebalance_in_flight: false,
             group_wait_logged: now.checked_sub(Duration::from_secs(60)).unwrap_or(now),
             progress: HashMap::new(),
+            read_only_renewed: HashMap::new(),
+            read_only_release_in_flight: HashSet::new(),
         }
     }
 
@@ -122,6 +128,9 @@ impl Term {
                 .is_some_and(|c| now.saturating_duration_since(c) < Duration::from_millis(LEADER_CONFIRM_WINDOW_MS))
     }
 }
+
+/// How long a table stays read-only without its ALTER TABLE renewing the mark.
+const READ_ONLY_LEASE_MS: u64 = 10_000;
 
 pub struct Leader {
     consensus: Consensus,
@@ -166,6 +175,13 @@ impl Leader {
     }
 
     /// A `sync` writer waits for `gci`: wake the checkpoint driver.
+    /// An ALTER TABLE (re)marked `table` read-only: its lease starts now.
+    pub fn renew_read_only(&self, table: &str) {
+        if let Some(t) = self.term.lock().as_mut() {
+            t.read_only_renewed.insert(table.to_ascii_lowercase(), Instant::now());
+        }
+    }
+
     pub fn hurry_checkpoint(&self, gci: u64) -> Result<(), ShoalError> {
         if !self.is_acting() {
             return Err(self.consensus.not_leader(self.consensus.leader()));
@@ -300,6 +316,35 @@ impl Leader {
         self.detect_failures(t, &cluster, &config, now);
         self.propose_due_joins(t, &cluster, &config, now);
         self.propose_rebalance(t, &cluster, &config, now);
+        self.release_abandoned_read_only(t, &cluster, now);
+    }
+
+    /// A table stays read-only only while the ALTER TABLE that marked it renews the mark: one
+    /// whose SQL node died must not keep the table from writes for ever. (A new leader gives
+    /// every read-only table a whole lease first.) The ALTER's final swap refuses a table that
+    /// is writable again, so a copy that outlived its lease is thrown away, never swapped in.
+    fn release_abandoned_read_only(self: &Arc<Self>, t: &mut Term, cluster: &ClusterState, now: Instant) {
+        let read_only: Vec<String> =
+            cluster.tables.iter().filter(|x| x.read_only).map(|x| x.spec.name.to_ascii_lowercase()).collect();
+        t.read_only_renewed.retain(|name, _| read_only.contains(name));
+        t.read_only_release_in_flight.retain(|name| read_only.contains(name));
+        for name in read_only {
+            let renewed = *t.read_only_renewed.entry(name.clone()).or_insert(now);
+            if now.saturating_duration_since(renewed) < Duration::from_millis(READ_ONLY_LEASE_MS)
+                || !t.read_only_release_in_flight.insert(name.clone())
+            {
+                continue;
+            }
+            tracing::warn!(table = %name, "the ALTER TABLE of {name} stopped renewing its read-only mark: writes are allowed again");
+            let (me, term) = (self.clone(), t.term);
+            tokio::spawn(async move {
+                let res = me.consensus.propose(Command::SetReadOnly { table: name.clone(), read_only: false }).await;
+                log_result("release read-only", &res);
+                if let Some(t) = me.term.lock().as_mut().filter(|t| t.term == term) {
+                    t.read_only_release_in_flight.remove(&name);
+                }
+            });
+        }
     }
 
     /// Moves primaries back to their preferred nodes once those have been up and complete for

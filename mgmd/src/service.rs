@@ -272,7 +272,10 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         let res = if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES {
             Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
         } else {
-            tracing::info!(table = %r.table, read_only = r.read_only, "set read-only");
+            tracing::debug!(table = %r.table, read_only = r.read_only, "set read-only");
+            if r.read_only {
+                self.leader.renew_read_only(&r.table);
+            }
             self.on_leader(Command::SetReadOnly { table: r.table, read_only: r.read_only }).await
         };
         Ok(self.admin(res))

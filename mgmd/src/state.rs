@@ -707,7 +707,15 @@ impl Model {
 
     fn replace_table(&mut self, table: &str, with: &str) -> CommandResult {
         self.config()?;
-        let name = self.table_mut(table)?.spec.name.clone();
+        let old = self.table_mut(table)?;
+        if !old.read_only {
+            // Writes came back (the ALTER's read-only lease ran out): the copy may miss some.
+            return Err(err(
+                ErrorCode::SchemaChanged,
+                format!("table {table} took writes during the copy; the ALTER TABLE is abandoned"),
+            ));
+        }
+        let name = old.spec.name.clone();
         let new = self.table_mut(with)?;
         new.spec.name = name.clone();
         new.read_only = false;

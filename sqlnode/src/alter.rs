@@ -6,7 +6,8 @@
 //! 2. A copy table `db.#alter-name` is created in that layout, with the indexes.
 //! 3. The table is made read-only: data nodes refuse its writes with a retriable error, which
 //!    the cluster client retries within its deadline (writers wait, or fail when the copy
-//!    outlasts it). Reads go on.
+//!    outlasts it). Reads go on. The copy renews the mark every 2 s; mgmd lifts a mark not
+//!    renewed for 10 s (its SQL node died), and then refuses the swap.
 //! 4. Every row is copied, converted. 5. One catalog change drops the table and gives its name
 //!    to the copy. A failure before that drops the copy and lets writes in again.
 
@@ -20,6 +21,9 @@ use crate::sql::bind::TableRef;
 
 /// Names of the copies ALTER TABLE makes start with this (hidden from SHOW TABLES).
 pub const COPY_PREFIX: &str = "#alter-";
+
+/// How often the copy renews the table's read-only mark (mgmd's lease is 10 s).
+const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Rows per insert batch while copying.
 const COPY_BATCH: usize = 500;
@@ -212,9 +216,15 @@ impl Session {
         client.create_table_with_indexes(spec, specs, false).await.map_err(|e| SqlError::from_cluster(&e))?;
         let copied = async {
             client.set_read_only(&table.spec.name, true).await?;
+            let mut renewed = std::time::Instant::now();
             let mut rows = client.scan(&table.spec.name, vec![], vec![]);
             let mut batch = Vec::with_capacity(COPY_BATCH);
             loop {
+                // mgmd lets writes in again when the mark is not renewed (a dead SQL node).
+                if renewed.elapsed() >= RENEW_EVERY {
+                    client.set_read_only(&table.spec.name, true).await?;
+                    renewed = std::time::Instant::now();
+                }
                 let next = rows.next().await.transpose()?;
                 if let Some(old) = &next {
                     let row: Vec<Value> = sources
