@@ -1166,8 +1166,13 @@ mod tests {
         assert_eq!((t.id, t.spec.name.as_str(), t.read_only, t.columns().len()), (copy.id, "d.t", false, 3));
         assert_eq!(m.cluster.tables.len(), 1);
         assert!(m.cluster.table_by_id(old.id).is_none());
+        // A table that is writable (its ALTER's lease ran out) is not replaced.
+        m.apply(create("d.#alter-t", 4)).unwrap();
+        let writable = Command::ReplaceTable { table: "d.t".into(), with: "d.#alter-t".into() };
+        assert_eq!(m.apply(writable).unwrap_err().code, ErrorCode::SchemaChanged);
+        m.apply(Command::SetReadOnly { table: "d.t".into(), read_only: true }).unwrap();
         let missing = Command::ReplaceTable { table: "d.t".into(), with: "d.nope".into() };
         assert_eq!(m.apply(missing).unwrap_err().code, ErrorCode::NoSuchTable);
-        assert_eq!(m.cluster.tables.len(), 1, "a failed command changes nothing");
+        assert_eq!(m.cluster.tables.len(), 2, "a failed command changes nothing");
     }
 }
