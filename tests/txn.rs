@@ -232,16 +232,19 @@ async fn readers_never_see_uncommitted_or_aborted_writes() {
     for k in 0..4 {
         client.insert("accounts", vec![Value::Int(k), Value::Int(0)]).await.unwrap();
     }
-    // Writers set all four rows to a fresh value in one transaction and then commit or roll
-    // back at random; readers record every value they see.
+    // Writers set all four rows to an intermediate value (negative) and then to a fresh value
+    // in one transaction, and then commit or roll back at random; readers record every value
+    // they see. G1a: no value of an aborted transaction is read. G1b: no intermediate value is
+    // read. And every value read was committed (or its commit's outcome is unknown).
     let aborted_values = Arc::new(Mutex::new(HashSet::new()));
+    let unknown_values = Arc::new(Mutex::new(HashSet::new()));
     let committed_values = Arc::new(Mutex::new(HashSet::from([0i64])));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = vec![];
     for w in 0..3i64 {
-        let (client, aborted_values, committed_values, stop) =
-            (client.clone(), aborted_values.clone(), committed_values.clone(), stop.clone());
+        let (client, aborted_values, committed_values, unknown_values, stop) =
+            (client.clone(), aborted_values.clone(), committed_values.clone(), unknown_values.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -250,6 +253,9 @@ async fn readers_never_see_uncommitted_or_aborted_writes() {
                 let mut tx = client.begin();
                 let mut ok = true;
                 for k in 0..4 {
+                    ok &= tx.update("accounts", vec![Value::Int(k)], vec![1], vec![Value::Int(-value)]).await.is_ok();
+                }
+                for k in 0..4 {
                     ok &= tx.update("accounts", vec![Value::Int(k)], vec![1], vec![Value::Int(value)]).await.is_ok();
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -257,7 +263,7 @@ async fn readers_never_see_uncommitted_or_aborted_writes() {
                     if tx.commit().await.is_ok() {
                         committed_values.lock().unwrap().insert(value);
                     } else {
-                        // Unknown outcome: count as neither.
+                        unknown_values.lock().unwrap().insert(value);
                     }
                 } else {
                     aborted_values.lock().unwrap().insert(value);
@@ -291,7 +297,16 @@ async fn readers_never_see_uncommitted_or_aborted_writes() {
         aborted_values.len(),
         committed_values.lock().unwrap().len()
     );
-    assert!(dirty.is_empty(), "readers saw values of aborted transactions: {:?}", &dirty[..dirty.len().min(5)]);
+    assert!(dirty.is_empty(), "G1a: readers saw values of aborted transactions: {:?}", &dirty[..dirty.len().min(5)]);
+    let intermediate: Vec<&i64> = seen.iter().filter(|&&v| v < 0).collect();
+    assert!(
+        intermediate.is_empty(),
+        "G1b: readers saw intermediate values: {:?}",
+        &intermediate[..intermediate.len().min(5)]
+    );
+    let (committed, unknown) = (committed_values.lock().unwrap(), unknown_values.lock().unwrap());
+    let never: Vec<&i64> = seen.iter().filter(|v| !committed.contains(v) && !unknown.contains(v)).collect();
+    assert!(never.is_empty(), "readers saw values nobody committed: {:?}", &never[..never.len().min(5)]);
     assert!(aborted_values.len() > 10 && seen.len() > 100, "the load ran");
 }
 
