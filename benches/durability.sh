@@ -14,12 +14,8 @@ SECS=${1:-10}
 ROWS=${2:-1000000}
 VALUE=64
 
-need=()
-command -v sysbench >/dev/null || need+=(sysbench)
-command -v mariadbd >/dev/null || need+=(mariadb-server)
-if [ ${#need[@]} -gt 0 ]; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >/dev/null
-fi
+source benches/lib.sh
+need_packages sysbench:sysbench mariadbd:mariadb-server
 cargo build --release -q
 SHOAL=target/release/shoal
 
@@ -37,7 +33,6 @@ stop_shoal() {
   for f in "$work"/shoal/run/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now_ms() { date +%s%3N; }
 
 base=$(( 30000 + RANDOM % 20000 ))
@@ -69,14 +64,8 @@ stop_shoal
 mport=$(free_port)
 mariadb_run() { # flush_setting -> fills mdb[$c]
   local flush=$1
-  rm -rf "$work/mdb"; mkdir -p "$work/mdb"
-  mariadb-install-db --no-defaults --datadir="$work/mdb" --user=root --auth-root-authentication-method=normal >/dev/null 2>&1
-  mariadbd --no-defaults --datadir="$work/mdb" --port="$mport" --bind-address=127.0.0.1 --socket="$work/mdb.sock" \
-    --user=root --innodb-flush-log-at-trx-commit="$flush" --innodb-buffer-pool-size=512M --max-connections=500 \
-    >"$work/mdb.log" 2>&1 &
-  mdb_pid=$!
-  for _ in $(seq 100); do mariadb --socket="$work/mdb.sock" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-  mariadb --socket="$work/mdb.sock" -uroot -e "CREATE DATABASE sbtest; CREATE USER 'sb'@'127.0.0.1'; GRANT ALL ON *.* TO 'sb'@'127.0.0.1';"
+  start_mariadb "$work/mdb" "$mport" --innodb-flush-log-at-trx-commit="$flush" --innodb-buffer-pool-size=512M \
+    --max-connections=500
   local sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$mport" --mysql-user=sb --mysql-db=sbtest --tables=1)
   for c in 1 16 64; do
     sysbench oltp_insert "${sb[@]}" --table-size=0 prepare >/dev/null

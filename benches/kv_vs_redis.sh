@@ -10,9 +10,8 @@ SECS=${1:-10}
 KEYS=10000
 VALUE=64
 
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-  (apt-get update -qq && apt-get install -y -qq redis-server redis-tools) >/dev/null
-fi
+source benches/lib.sh
+need_packages redis-server:redis-server redis-benchmark:redis-tools
 cargo build --release -q
 SHOAL=target/release/shoal
 
@@ -24,8 +23,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # --- Redis ---
 rport=$(free_port)

@@ -13,13 +13,8 @@ SECS=${1:-10}
 POINT_THREADS=(1 16 64 256 1024)
 RW_THREADS=(1 16 64)
 
-need=()
-command -v sysbench >/dev/null || need+=(sysbench)
-command -v mariadbd >/dev/null || need+=(mariadb-server)
-command -v mariadb >/dev/null || need+=(mariadb-client)
-if [ ${#need[@]} -gt 0 ]; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >/dev/null
-fi
+source benches/lib.sh
+need_packages sysbench:sysbench mariadbd:mariadb-server mariadb:mariadb-client
 cargo build --release -q
 SHOAL=target/release/shoal
 
@@ -32,7 +27,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # 1024 client threads need as many file descriptors on both sides.
 ulimit -n 65536 2>/dev/null || true
 
@@ -63,14 +57,8 @@ run_all 127.0.0.1 "$sport" root >"$work/shoal.txt"
 kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
 
 mport=$(free_port)
-mkdir -p "$work/mdb"
-mariadb-install-db --no-defaults --datadir="$work/mdb" --user=root --auth-root-authentication-method=normal >/dev/null 2>&1
-mariadbd --no-defaults --datadir="$work/mdb" --port="$mport" --bind-address=127.0.0.1 --socket="$work/mdb.sock" \
-  --user=root --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=1G --max-connections=2000 \
-  --transaction-isolation=REPEATABLE-READ >"$work/mdb.log" 2>&1 &
-mdb_pid=$!
-for _ in $(seq 100); do mariadb --socket="$work/mdb.sock" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-mariadb --socket="$work/mdb.sock" -uroot -e "CREATE DATABASE sbtest; CREATE USER 'sb'@'127.0.0.1'; GRANT ALL ON *.* TO 'sb'@'127.0.0.1';"
+start_mariadb "$work/mdb" "$mport" --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=1G \
+  --max-connections=2000 --transaction-isolation=REPEATABLE-READ
 run_all 127.0.0.1 "$mport" sb >"$work/mariadb.txt"
 
 peak=$(awk '$1=="point" && $3>m {m=$3} END {print m+0}' "$work/shoal.txt")

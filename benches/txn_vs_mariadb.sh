@@ -10,12 +10,8 @@ cd "$(dirname "$0")/.."
 SECS=${1:-10}
 ACCOUNTS=${2:-10000}
 
-need=()
-command -v sysbench >/dev/null || need+=(sysbench)
-command -v mariadbd >/dev/null || need+=(mariadb-server)
-if [ ${#need[@]} -gt 0 ]; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >/dev/null
-fi
+source benches/lib.sh
+need_packages sysbench:sysbench mariadbd:mariadb-server
 cargo build --release -q
 SHOAL=target/release/shoal
 
@@ -28,7 +24,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 base=$(( 30000 + RANDOM % 20000 ))
 $SHOAL up --dir "$work/shoal" --base-port "$base" --node-groups 2 >"$work/up.log" 2>&1 &
@@ -47,14 +42,8 @@ done
 kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
 
 mport=$(free_port)
-mkdir -p "$work/mdb"
-mariadb-install-db --no-defaults --datadir="$work/mdb" --user=root --auth-root-authentication-method=normal >/dev/null 2>&1
-mariadbd --no-defaults --datadir="$work/mdb" --port="$mport" --bind-address=127.0.0.1 --socket="$work/mdb.sock" \
-  --user=root --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=512M --max-connections=500 \
-  --transaction-isolation=REPEATABLE-READ >"$work/mdb.log" 2>&1 &
-mdb_pid=$!
-for _ in $(seq 100); do mariadb --socket="$work/mdb.sock" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-mariadb --socket="$work/mdb.sock" -uroot -e "CREATE DATABASE sbtest; CREATE USER 'sb'@'127.0.0.1'; GRANT ALL ON *.* TO 'sb'@'127.0.0.1';"
+start_mariadb "$work/mdb" "$mport" --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=512M \
+  --max-connections=500 --transaction-isolation=REPEATABLE-READ
 sb=(benches/transfer.lua --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$mport" --mysql-user=sb --mysql-db=sbtest --accounts="$ACCOUNTS")
 sysbench "${sb[@]}" prepare >/dev/null
 mdb_run() { # clients extra -> "tps p99"

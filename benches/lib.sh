@@ -1,0 +1,31 @@
+# Shared by the benchmark scripts: sourced from the repository root, after `set -euo pipefail`.
+
+# need_packages CMD:PACKAGE ... installs from Debian the packages whose command is missing.
+need_packages() {
+  local need=() cp
+  for cp in "$@"; do
+    command -v "${cp%%:*}" >/dev/null || need+=("${cp#*:}")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >/dev/null
+  fi
+}
+
+# A TCP port nothing listens on now.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_mariadb DIR PORT [mariadbd option ...] starts a fresh MariaDB with its data in DIR
+# (socket DIR.sock, log DIR.log) on 127.0.0.1:PORT, with database sbtest and user sb (no
+# password), and sets mdb_pid.
+start_mariadb() {
+  local dir=$1 port=$2
+  shift 2
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  mariadb-install-db --no-defaults --datadir="$dir" --user=root --auth-root-authentication-method=normal >/dev/null 2>&1
+  mariadbd --no-defaults --datadir="$dir" --port="$port" --bind-address=127.0.0.1 --socket="$dir.sock" \
+    --user=root "$@" >"$dir.log" 2>&1 &
+  mdb_pid=$!
+  for _ in $(seq 100); do mariadb --socket="$dir.sock" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  mariadb --socket="$dir.sock" -uroot -e "CREATE DATABASE sbtest; CREATE USER 'sb'@'127.0.0.1'; GRANT ALL ON *.* TO 'sb'@'127.0.0.1';"
+}
