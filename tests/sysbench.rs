@@ -111,6 +111,16 @@ async fn connect(addr: &str) -> Conn {
     Conn::new(opts).await.expect("connect")
 }
 
+/// sysbench against the cluster's SQL node, and a root session in its database `sbtest`.
+async fn sysbench_on(cluster: &TestCluster) -> (Sysbench, Conn) {
+    let addr = &cluster.mysql_addrs[0];
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let mut c = connect(addr).await;
+    c.query_drop("CREATE DATABASE sbtest").await.unwrap();
+    c.query_drop("USE sbtest").await.unwrap();
+    (Sysbench { host: host.into(), port: port.into() }, c)
+}
+
 fn count(state: &[(i64, i64)]) -> i64 {
     state.iter().map(|s| s.0).sum()
 }
@@ -122,12 +132,7 @@ fn sum_k(state: &[(i64, i64)]) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sysbench_workloads_run_clean_and_leave_consistent_rows() {
     let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
-    let addr = cluster.mysql_addrs[0].clone();
-    let (host, port) = addr.rsplit_once(':').unwrap();
-    let sb = Sysbench { host: host.into(), port: port.into() };
-    let mut c = connect(&addr).await;
-    c.query_drop("CREATE DATABASE sbtest").await.unwrap();
-    c.query_drop("USE sbtest").await.unwrap();
+    let (sb, mut c) = sysbench_on(&cluster).await;
 
     sb.ok("oltp_read_write", "prepare", &[]);
     let start = table_state(&mut c).await;
@@ -177,12 +182,7 @@ async fn sysbench_workloads_run_clean_and_leave_consistent_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sysbench_keeps_running_while_a_data_node_is_killed() {
     let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
-    let addr = cluster.mysql_addrs[0].clone();
-    let (host, port) = addr.rsplit_once(':').unwrap();
-    let sb = Sysbench { host: host.into(), port: port.into() };
-    let mut c = connect(&addr).await;
-    c.query_drop("CREATE DATABASE sbtest").await.unwrap();
-    c.query_drop("USE sbtest").await.unwrap();
+    let (sb, mut c) = sysbench_on(&cluster).await;
     sb.ok("oltp_read_write", "prepare", &[]);
 
     let run = std::thread::spawn({
