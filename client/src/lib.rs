@@ -277,9 +277,7 @@ impl Client {
     // ----- DDL -----
 
     pub async fn create_table(&self, spec: TableSpec, if_not_exists: bool) -> Result<Table> {
-        let req = pb::CreateTableRequest { spec: Some(pb::TableSpec::from(&spec)), if_not_exists, indexes: vec![] };
-        let resp = self.catalog_change(req, |mut c, r| async move { c.create_table(r).await }).await?;
-        table_of(resp)
+        self.create_table_with_indexes(spec, vec![], if_not_exists).await
     }
 
     pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<()> {

@@ -151,14 +151,6 @@ impl OrderedIndex {
         self.entries.clear();
     }
 
-    /// Whether another row (a different primary key) has the same index key.
-    pub fn has_other(&self, entry: &[u8], prefix: u32) -> bool {
-        let key_part = &entry[..prefix as usize];
-        let upper = successor(key_part);
-        let upper = upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        self.entries.range::<[u8], _>((Bound::Included(key_part), upper)).any(|(e, _)| **e != *entry)
-    }
-
     /// Visits the primary keys of entries in `range`, in range order, strictly after `after`
     /// (an entry returned before: the resume point), until `f` returns false or `max` entries
     /// were visited. Returns the entry to resume after when the walk stopped early, None at

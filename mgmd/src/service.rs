@@ -255,9 +255,7 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         let r = req.into_inner();
         let res = match r.index {
             None => Err(invalid("missing index")),
-            Some(_) if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES => {
-                Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
-            }
+            Some(_) if table_name_bad(&r.table) => Err(bad_table_name()),
             Some(index) => {
                 let index = IndexSpec::from(index);
                 tracing::info!(table = %r.table, "create index {}", index.name);
@@ -269,8 +267,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
 
     async fn set_read_only(&self, req: Request<pb::SetReadOnlyRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
-        let res = if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES {
-            Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        let res = if table_name_bad(&r.table) {
+            Err(bad_table_name())
         } else {
             tracing::debug!(table = %r.table, read_only = r.read_only, "set read-only");
             if r.read_only {
@@ -286,9 +284,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         req: Request<pb::ReplaceTableRequest>,
     ) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
-        let bad = |n: &str| n.is_empty() || n.len() > MAX_TABLE_NAME_BYTES;
-        let res = if bad(&r.table) || bad(&r.with) {
-            Err(invalid(format!("table names must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        let res = if table_name_bad(&r.table) || table_name_bad(&r.with) {
+            Err(bad_table_name())
         } else {
             tracing::info!(table = %r.table, with = %r.with, "replace table");
             self.on_leader(Command::ReplaceTable { table: r.table, with: r.with }).await
@@ -298,8 +295,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
 
     async fn drop_index(&self, req: Request<pb::DropIndexRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
-        let res = if r.table.is_empty() || r.table.len() > MAX_TABLE_NAME_BYTES {
-            Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        let res = if table_name_bad(&r.table) {
+            Err(bad_table_name())
         } else {
             tracing::info!(table = %r.table, "drop index {}", r.name);
             self.on_leader(Command::DropIndex { table: r.table, name: r.name, if_exists: r.if_exists }).await
@@ -334,8 +331,8 @@ impl pb::mgmd_server::Mgmd for MgmdService {
 
     async fn drop_table(&self, req: Request<pb::DropTableRequest>) -> Result<Response<pb::AdminResponse>, Status> {
         let r = req.into_inner();
-        let res = if r.name.is_empty() || r.name.len() > MAX_TABLE_NAME_BYTES {
-            Err(invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        let res = if table_name_bad(&r.name) {
+            Err(bad_table_name())
         } else {
             tracing::info!(table = %r.name, "drop table {}", r.name);
             self.on_leader(Command::DropTable { name: r.name, if_exists: r.if_exists }).await
@@ -399,6 +396,15 @@ impl MgmdService {
         };
         self.admin(res)
     }
+}
+
+/// Whether a table name in a request is out of bounds (the catalog checks the rest).
+fn table_name_bad(name: &str) -> bool {
+    name.is_empty() || name.len() > MAX_TABLE_NAME_BYTES
+}
+
+fn bad_table_name() -> ShoalError {
+    invalid(format!("table name must be 1..={MAX_TABLE_NAME_BYTES} bytes"))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use sqlparser::ast::{self, AlterTableOperation, TableConstraint};
 use tokio_stream::StreamExt;
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::session::{column_from_def, index_columns, Session};
+use crate::session::{column_from_def, default_index_name, index_columns, Session};
 use crate::sql::bind::TableRef;
 
 /// Names of the copies ALTER TABLE makes start with this (hidden from SHOW TABLES).
@@ -161,10 +161,10 @@ impl Session {
                 AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ix), .. } => {
                     let columns: Vec<Column> = cols.iter().map(|c| c.col.clone()).collect();
                     let positions = index_columns(&columns, &ix.columns)?;
-                    let name = ix
-                        .name
-                        .as_ref()
-                        .map_or_else(|| columns[positions[0] as usize].name.clone(), |n| n.value.clone());
+                    let name = match &ix.name {
+                        Some(n) => n.value.clone(),
+                        None => default_index_name(&columns, positions[0], indexes.iter().map(|i| i.name.as_str())),
+                    };
                     if indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&name))
                         || name.eq_ignore_ascii_case("PRIMARY")
                     {

@@ -797,20 +797,9 @@ impl Session {
             match c {
                 TableConstraint::PrimaryKey(p) => {
                     pk_defs += 1;
-                    pk = vec![];
-                    for ic in &p.columns {
-                        let n = match &ic.column.expr {
-                            ast::Expr::Identifier(i) => i.value.clone(),
-                            other => return Err(SqlError::not_supported(format!("key part {other}"))),
-                        };
-                        let i = columns.iter().position(|c| c.name.eq_ignore_ascii_case(&n)).ok_or_else(|| {
-                            SqlError::new(code::BAD_FIELD, format!("Key column '{n}' doesn't exist in table"))
-                        })?;
-                        if pk.contains(&(i as u32)) {
-                            return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{n}'")));
-                        }
-                        pk.push(i as u32);
-                        columns[i].nullable = false;
+                    pk = index_columns(&columns, &p.columns)?;
+                    for &i in &pk {
+                        columns[i as usize].nullable = false;
                     }
                 }
                 // Ordered secondary indexes, kept by the data nodes.
@@ -818,7 +807,7 @@ impl Session {
                     let cols = index_columns(&columns, &ix.columns)?;
                     let name = match &ix.name {
                         Some(n) => n.value.clone(),
-                        None => default_index_name(&columns, cols[0], &secondary),
+                        None => default_index_name(&columns, cols[0], secondary.iter().map(|s| s.name.as_str())),
                     };
                     if secondary.iter().any(|s: &IndexSpec| s.name.eq_ignore_ascii_case(&name)) {
                         return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")));
@@ -886,7 +875,8 @@ impl Session {
         if_not_exists: bool,
     ) -> SqlResult<()> {
         let cols = index_columns(&t.table.spec.columns, columns)?;
-        let name = name.unwrap_or_else(|| default_index_name(&t.table.spec.columns, cols[0], &t.table.indexes));
+        let taken = t.table.indexes.iter().map(|i| i.name.as_str());
+        let name = name.unwrap_or_else(|| default_index_name(&t.table.spec.columns, cols[0], taken));
         if name.eq_ignore_ascii_case("PRIMARY") {
             return Err(SqlError::new(code::WRONG_NAME_FOR_INDEX, "Incorrect index name 'PRIMARY'"));
         }
@@ -1140,9 +1130,13 @@ pub(crate) fn index_columns(columns: &[Column], parts: &[ast::IndexColumn]) -> S
 }
 
 /// MySQL's name for an unnamed index: its first column's, with `_2`, `_3`… when taken.
-fn default_index_name(columns: &[Column], first: u32, taken: &[IndexSpec]) -> String {
+pub(crate) fn default_index_name<'a>(
+    columns: &[Column],
+    first: u32,
+    taken: impl Iterator<Item = &'a str> + Clone,
+) -> String {
     let base = columns[first as usize].name.clone();
-    let free = |n: &str| !taken.iter().any(|i| i.name.eq_ignore_ascii_case(n));
+    let free = |n: &str| !taken.clone().any(|t| t.eq_ignore_ascii_case(n));
     if free(&base) {
         return base;
     }
