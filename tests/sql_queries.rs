@@ -411,11 +411,12 @@ async fn ordered_indexes_serve_ranges() {
     );
     let create = rows(&mut c, "SHOW CREATE TABLE t").await.join("\n");
     assert!(create.contains("KEY `k_idx` (`k`)") && create.contains("KEY `s` (`s`,`k`)"), "{create}");
-    // MySQL's errors: duplicate key name, unknown column, unknown index, UNIQUE not yet.
+    // MySQL's errors: duplicate key name, unknown column, unknown index, repeated values.
     assert_eq!(code_of(c.query_drop("CREATE INDEX k_idx ON t (s)").await), 1061);
     assert_eq!(code_of(c.query_drop("CREATE INDEX x ON t (nope)").await), 1072);
     assert_eq!(code_of(c.query_drop("DROP INDEX nope ON t").await), 1091);
-    assert_eq!(code_of(c.query_drop("CREATE UNIQUE INDEX u ON t (s)").await), 1235);
+    assert_eq!(code_of(c.query_drop("CREATE UNIQUE INDEX u ON t (s)").await), 1062);
+    assert_eq!(code_of(c.query_drop("CREATE UNIQUE INDEX k_idx ON t (id)").await), 1061);
     c.query_drop("DROP INDEX k_idx ON t").await.unwrap();
     c.query_drop("ALTER TABLE t DROP INDEX f_idx").await.unwrap();
     let plan = rows(&mut c, "EXPLAIN SELECT id FROM t WHERE k BETWEEN 10 AND 12").await.join("\n");
@@ -489,5 +490,132 @@ async fn alter_table_adds_and_drops_columns() {
     c.query_drop("INSERT INTO h VALUES (1, 2), (1, 2), (3, 4)").await.unwrap();
     c.query_drop("ALTER TABLE h DROP COLUMN y, ADD COLUMN w INT DEFAULT 9").await.unwrap();
     assert_eq!(rows(&mut c, "SELECT x, w FROM h ORDER BY x").await, ["1,9", "1,9", "3,9"]);
+    c.disconnect().await.unwrap();
+}
+
+fn message_of<T: std::fmt::Debug>(r: Result<T, mysql_async::Error>) -> String {
+    match r {
+        Err(mysql_async::Error::Server(e)) => format!("{} {}", e.code, e.message),
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_indexes_hold_across_sql_nodes() {
+    let cluster = TestCluster::start_with_sql(2, 2, 1, 2);
+    let mut c = Conn::new(root_opts(&cluster)).await.expect("connect");
+    c.query_drop("CREATE DATABASE uq").await.unwrap();
+    c.query_drop("USE uq").await.unwrap();
+    c.query_drop(
+        "CREATE TABLE u (id INT PRIMARY KEY, email VARCHAR(40) UNIQUE, a INT, b DOUBLE, UNIQUE KEY ab (a, b))",
+    )
+    .await
+    .unwrap();
+    c.query_drop("INSERT INTO u VALUES (1, 'x@a', 1, 1.5), (2, 'y@a', 1, 2.5), (3, NULL, NULL, 1.5)").await.unwrap();
+    // A taken value: MySQL's 1062 naming the key; a multi-row INSERT is all or nothing.
+    let dup = c.query_drop("INSERT INTO u VALUES (10, 'z@a', 5, 0), (11, 'x@a', 6, 0)").await;
+    assert_eq!(message_of(dup), "1062 Duplicate entry 'x@a' for key 'u.email'");
+    assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM u").await, ["3"]);
+    let dup = c.query_drop("INSERT INTO u VALUES (12, NULL, 1, 2.5)").await;
+    assert_eq!(message_of(dup), "1062 Duplicate entry '1-2.5' for key 'u.ab'");
+    // NULLs never collide; -0 and +0 are one value.
+    c.query_drop("INSERT INTO u VALUES (4, NULL, NULL, 1.5), (5, NULL, 7, 0)").await.unwrap();
+    assert_eq!(code_of(c.query_drop("INSERT INTO u VALUES (6, NULL, 7, -0.0)").await), 1062);
+    // INSERT IGNORE skips the row that collides.
+    c.query_drop("INSERT IGNORE INTO u VALUES (7, 'x@a', 8, 0), (8, 'w@a', 8, 1)").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT id FROM u WHERE id >= 7").await, ["8"]);
+    // UPDATE: onto a taken value fails and changes nothing; a freed value is free.
+    assert_eq!(code_of(c.query_drop("UPDATE u SET email = 'y@a' WHERE id = 1").await), 1062);
+    assert_eq!(rows(&mut c, "SELECT email FROM u WHERE id = 1").await, ["x@a"]);
+    c.query_drop("UPDATE u SET email = 'x2@a' WHERE id = 1").await.unwrap();
+    c.query_drop("INSERT INTO u (id, email) VALUES (20, 'x@a')").await.unwrap();
+    // DELETE frees the value.
+    c.query_drop("DELETE FROM u WHERE id = 20").await.unwrap();
+    c.query_drop("INSERT INTO u (id, email) VALUES (21, 'x@a')").await.unwrap();
+    // ON DUPLICATE KEY UPDATE updates the row holding the unique value; REPLACE removes it.
+    c.query_drop("INSERT INTO u (id, email, a) VALUES (30, 'y@a', 0) ON DUPLICATE KEY UPDATE a = 99").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT id, a FROM u WHERE email = 'y@a'").await, ["2,99"]);
+    c.query_drop("REPLACE INTO u (id, email) VALUES (31, 'y@a')").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT id FROM u WHERE email = 'y@a'").await, ["31"]);
+    assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM u WHERE id = 2").await, ["0"]);
+    c.query_drop("INSERT INTO u (id, a, b) VALUES (32, 1, 2.5)").await.unwrap();
+    // Shown as MySQL shows it; the hidden tables are not tables anyone sees.
+    let create = rows(&mut c, "SHOW CREATE TABLE u").await.join("\n");
+    assert!(
+        create.contains("UNIQUE KEY `email` (`email`)") && create.contains("UNIQUE KEY `ab` (`a`,`b`)"),
+        "{create}"
+    );
+    assert_eq!(rows(&mut c, "SHOW TABLES").await, ["u"]);
+
+    // An uncommitted value holds its slot: another SQL node's writer waits for the outcome.
+    let mut other = Conn::new(
+        OptsBuilder::from_opts(root_opts(&cluster))
+            .tcp_port(cluster.mysql_addrs[1].rsplit_once(':').unwrap().1.parse().unwrap())
+            .db_name(Some("uq")),
+    )
+    .await
+    .expect("connect to the second SQL node");
+    c.query_drop("BEGIN").await.unwrap();
+    c.query_drop("INSERT INTO u (id, email) VALUES (40, 'held@a')").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let r = other.query_drop("INSERT INTO u (id, email) VALUES (41, 'held@a')").await;
+        (other, r)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    c.query_drop("ROLLBACK").await.unwrap();
+    let (mut other, r) = waiter.await.unwrap();
+    r.expect("the value is free once the holder rolled back");
+
+    // Many writers on two SQL nodes race for 40 values: each is taken exactly once.
+    let mut tasks = vec![];
+    for w in 0..8u32 {
+        let addr = cluster.mysql_addrs[(w % 2) as usize].clone();
+        let opts = OptsBuilder::from_opts(root_opts(&cluster))
+            .tcp_port(addr.rsplit_once(':').unwrap().1.parse().unwrap())
+            .db_name(Some("uq"));
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Conn::new(opts).await.expect("connect");
+            let mut won = 0u32;
+            for i in 0..40u32 {
+                let v = (i * 7 + w * 3) % 40;
+                let id = 1000 + w * 100 + i;
+                match conn.query_drop(format!("INSERT INTO u (id, email) VALUES ({id}, 'race{v}')")).await {
+                    Ok(()) => won += 1,
+                    Err(mysql_async::Error::Server(e)) if e.code == 1062 || e.code == 1205 => {}
+                    Err(e) => panic!("writer {w}: {e}"),
+                }
+            }
+            won
+        }));
+    }
+    let mut won = 0;
+    for t in tasks {
+        won += t.await.unwrap();
+    }
+    let taken = rows(&mut other, "SELECT COUNT(*), COUNT(DISTINCT email) FROM u WHERE email LIKE 'race%'").await;
+    assert_eq!(taken, [format!("{won},{won}")]);
+    assert!(won <= 40);
+
+    // CREATE UNIQUE INDEX checks the rows there (and fails on a repeated value, leaving no
+    // index behind); once built, it holds.
+    c.query_drop("CREATE TABLE v (id INT PRIMARY KEY, k INT, f FLOAT)").await.unwrap();
+    c.query_drop("INSERT INTO v VALUES (1, 1, 0.5), (2, 2, 0.5), (3, NULL, 1.5), (4, NULL, 2.5)").await.unwrap();
+    let dup = c.query_drop("CREATE UNIQUE INDEX f_u ON v (f)").await;
+    assert_eq!(message_of(dup), "1062 Duplicate entry '0.5' for key 'v.f_u'");
+    assert!(!rows(&mut c, "SHOW INDEX FROM v").await.join("\n").contains("f_u"));
+    c.query_drop("INSERT INTO v VALUES (5, 5, 0.5)").await.unwrap();
+    c.query_drop("CREATE UNIQUE INDEX k_u ON v (k)").await.unwrap();
+    assert!(rows(&mut c, "SHOW INDEX FROM v").await.join("\n").contains("v,0,k_u,1,k"));
+    assert_eq!(code_of(c.query_drop("INSERT INTO v VALUES (6, 2, 9)").await), 1062);
+    // The second SQL node learns of the index through the table swap.
+    assert_eq!(code_of(other.query_drop("INSERT INTO v VALUES (7, 1, 9)").await), 1062);
+    c.query_drop("INSERT INTO v VALUES (6, NULL, 9)").await.unwrap();
+    c.query_drop("ALTER TABLE v ADD UNIQUE (id, f)").await.unwrap();
+    // DROP INDEX lifts the constraint.
+    c.query_drop("DROP INDEX k_u ON v").await.unwrap();
+    c.query_drop("INSERT INTO v VALUES (8, 2, 9)").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM v WHERE k = 2").await, ["2"]);
+    c.query_drop("DROP TABLE u, v").await.unwrap();
+    other.disconnect().await.unwrap();
     c.disconnect().await.unwrap();
 }

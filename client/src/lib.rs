@@ -390,6 +390,16 @@ impl Client {
             .unwrap_or_else(|| Err(ShoalError::internal("empty batch result")))
     }
 
+    /// A row to insert into `table` with its hidden primary key chosen, when the table has one
+    /// and the row lacks it (callers that must know the key choose it before inserting).
+    pub fn with_hidden_key(&self, table: &Table, mut row: Row) -> Row {
+        if table.hidden_pk && row.len() + 1 == table.columns().len() {
+            let n = self.inner.hidden_next.fetch_add(1, Ordering::Relaxed);
+            row.push(Value::Uint(self.inner.hidden_prefix | (n & 0xffff_ffff)));
+        }
+        row
+    }
+
     fn prepare(&self, map: &ClusterState, op: &KeyOp) -> Result<Prepared> {
         let (name, kind) = match op {
             KeyOp::Read { table, .. } => (table, pb::OpKind::Read),
@@ -405,12 +415,7 @@ impl Client {
             KeyOp::Read { key, .. } | KeyOp::Delete { key, .. } => (key.clone(), vec![], vec![]),
             KeyOp::Update { key, columns, values, .. } => (key.clone(), values.clone(), columns.clone()),
             KeyOp::Insert { row, .. } | KeyOp::Upsert { row, .. } => {
-                let mut row = row.clone();
-                if table.hidden_pk && row.len() + 1 == table.columns().len() {
-                    let n = self.inner.hidden_next.fetch_add(1, Ordering::Relaxed);
-                    row.push(Value::Uint(self.inner.hidden_prefix | (n & 0xffff_ffff)));
-                }
-                let row = check_row(table, row)?;
+                let row = check_row(table, self.with_hidden_key(table, row.clone()))?;
                 (table.key_of(&row), row, vec![])
             }
         };

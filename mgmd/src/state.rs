@@ -671,8 +671,27 @@ impl Model {
         for index in indexes {
             add_index(&mut table, index)?;
         }
-        self.next_table_id += 1;
+        // Each unique index's hidden table comes into being with the table, in one command.
+        let mut hidden = vec![];
+        for ix in table.unique_indexes() {
+            let (spec, _) = table.unique_table_spec(ix).normalize()?;
+            let id = table.id + 1 + hidden.len() as u32;
+            hidden.push(Table {
+                id,
+                spec,
+                partition_count,
+                schema_version: 1,
+                hidden_pk: false,
+                indexes: vec![],
+                read_only: false,
+            });
+        }
+        if self.cluster.tables.len() + 1 + hidden.len() > MAX_TABLES {
+            return Err(err(ErrorCode::TooLarge, format!("the cluster holds at most {MAX_TABLES} tables")));
+        }
+        self.next_table_id += 1 + hidden.len() as u32;
         self.cluster.tables.push(table.clone());
+        self.cluster.tables.extend(hidden);
         Ok(Outcome { epoch: 0, table: Some(table), ..Outcome::default() })
     }
 
@@ -692,6 +711,11 @@ impl Model {
                 return Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() });
             }
             return Err(err(ErrorCode::TableExists, format!("index {} already exists on {table}", index.name)));
+        }
+        if index.unique {
+            // Existing rows must be checked and entered first, with writers fenced off: the SQL
+            // node does that by copying the table (ALTER TABLE … ADD UNIQUE).
+            return Err(err(ErrorCode::InvalidArgument, "a unique index is added by copying the table"));
         }
         add_index(t, index)?;
         t.schema_version += 1;
@@ -722,29 +746,43 @@ impl Model {
         new.schema_version += 1;
         let id = new.id;
         let out = new.clone();
-        self.cluster.tables.retain(|t| t.id == id || !t.spec.name.eq_ignore_ascii_case(&name));
+        let gone = self.unique_tables_of(|t| t.id != id && t.spec.name.eq_ignore_ascii_case(&name));
+        self.cluster
+            .tables
+            .retain(|t| (t.id == id || !t.spec.name.eq_ignore_ascii_case(&name)) && !gone.contains(&t.spec.name));
         Ok(Outcome { epoch: 0, table: Some(out), ..Outcome::default() })
     }
 
     fn drop_index(&mut self, table: &str, name: &str, if_exists: bool) -> CommandResult {
         self.config()?;
         let t = self.table_mut(table)?;
-        let before = t.indexes.len();
-        t.indexes.retain(|i| !i.name.eq_ignore_ascii_case(name));
-        if t.indexes.len() == before {
+        let Some(at) = t.indexes.iter().position(|i| i.name.eq_ignore_ascii_case(name)) else {
             if if_exists {
                 return Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() });
             }
             return Err(err(ErrorCode::InvalidArgument, format!("index {name} does not exist on {table}")));
-        }
+        };
+        let gone = t.indexes.remove(at);
+        let hidden = gone.unique.then(|| t.unique_table_name(&gone));
         t.schema_version += 1;
-        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
+        let out = t.clone();
+        if let Some(hidden) = hidden {
+            self.cluster.tables.retain(|t| t.spec.name != hidden);
+        }
+        Ok(Outcome { epoch: 0, table: Some(out), ..Outcome::default() })
+    }
+
+    /// Names of the hidden unique-index tables of the tables `which` picks.
+    fn unique_tables_of(&self, which: impl Fn(&Table) -> bool) -> Vec<String> {
+        let tables = self.cluster.tables.iter().filter(|t| which(t));
+        tables.flat_map(|t| t.unique_indexes().map(|ix| t.unique_table_name(ix))).collect()
     }
 
     fn drop_table(&mut self, name: &str, if_exists: bool) -> CommandResult {
         self.config()?;
         let before = self.cluster.tables.len();
-        self.cluster.tables.retain(|t| !t.spec.name.eq_ignore_ascii_case(name));
+        let hidden = self.unique_tables_of(|t| t.spec.name.eq_ignore_ascii_case(name));
+        self.cluster.tables.retain(|t| !t.spec.name.eq_ignore_ascii_case(name) && !hidden.contains(&t.spec.name));
         if self.cluster.tables.len() == before && !if_exists {
             return Err(err(ErrorCode::NoSuchTable, format!("table {name} does not exist")));
         }
@@ -1049,7 +1087,7 @@ mod tests {
         assert_eq!(m.apply(bad).unwrap_err().code, ErrorCode::InvalidArgument);
         let unique = IndexSpec { unique: true, ..ix("u", vec![1]) };
         let e = m.apply(Command::CreateIndex { table: "t".into(), index: unique, if_not_exists: false }).unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidArgument, "unique indexes are refused, not silently unenforced");
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "a unique index on existing rows is built by a copy");
         m.apply(Command::DropIndex { table: "t".into(), name: "by_v".into(), if_exists: false }).unwrap();
         let gone = Command::DropIndex { table: "t".into(), name: "by_v".into(), if_exists: false };
         assert!(m.apply(gone).is_err());
@@ -1174,5 +1212,51 @@ mod tests {
         let missing = Command::ReplaceTable { table: "d.t".into(), with: "d.nope".into() };
         assert_eq!(m.apply(missing).unwrap_err().code, ErrorCode::NoSuchTable);
         assert_eq!(m.cluster.tables.len(), 2, "a failed command changes nothing");
+    }
+
+    #[test]
+    fn unique_indexes_have_hidden_tables_that_live_and_die_with_them() {
+        let mut m = started(1, 2);
+        let spec = |name: &str| TableSpec {
+            name: name.into(),
+            columns: vec![
+                Column::new("k", ColumnType::Int),
+                Column::new("u", ColumnType::Float).nullable(),
+                Column::new("v", ColumnType::Text),
+            ],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let unique = |name: &str, cols: Vec<u32>| IndexSpec { id: 0, name: name.into(), columns: cols, unique: true };
+        let create = |name: &str| Command::CreateTable {
+            spec: spec(name),
+            if_not_exists: false,
+            indexes: vec![unique("u", vec![1]), unique("uv", vec![2, 1])],
+        };
+        let t = m.apply(create("d.t")).unwrap().table.unwrap();
+        assert_eq!(m.cluster.tables.len(), 3, "the table and one hidden table per unique index");
+        let hidden = m.cluster.table(&t.unique_table_name(&t.indexes[1])).unwrap().clone();
+        assert_eq!(hidden.spec.name, format!("d.#unique-{}-2", t.id));
+        let names: Vec<&str> = hidden.columns().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["k0", "k1", "p0"]);
+        assert_eq!((hidden.spec.primary_key.clone(), hidden.columns()[1].ty), (vec![0, 1], ColumnType::Float));
+        assert!(hidden.columns().iter().all(|c| !c.nullable));
+        // DROP INDEX drops its hidden table; DROP TABLE the rest.
+        m.apply(Command::DropIndex { table: "d.t".into(), name: "uv".into(), if_exists: false }).unwrap();
+        assert!(m.cluster.table(&hidden.spec.name).is_none());
+        assert_eq!(m.cluster.tables.len(), 2);
+        m.apply(Command::DropTable { name: "d.t".into(), if_exists: false }).unwrap();
+        assert!(m.cluster.tables.is_empty());
+        // A copy swapped in takes its own hidden tables along; the old table's go.
+        let old = m.apply(create("d.t")).unwrap().table.unwrap();
+        let copy = m.apply(create("d.#alter-t")).unwrap().table.unwrap();
+        m.apply(Command::SetReadOnly { table: "d.t".into(), read_only: true }).unwrap();
+        m.apply(Command::ReplaceTable { table: "d.t".into(), with: "d.#alter-t".into() }).unwrap();
+        let names: Vec<String> = m.cluster.tables.iter().map(|t| t.spec.name.clone()).collect();
+        let expect = [format!("d.#unique-{}-1", copy.id), format!("d.#unique-{}-2", copy.id), "d.t".to_string()];
+        let mut names = names;
+        names.sort();
+        assert_eq!(names, expect);
+        assert!(m.cluster.tables.iter().all(|t| !t.spec.name.contains(&format!("-{}-", old.id))));
     }
 }

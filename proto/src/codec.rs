@@ -72,8 +72,12 @@ fn encode_key_value(out: &mut Vec<u8>, v: &Value) {
         Value::Bool(b) => out.push(u8::from(*b)),
         Value::Text(s) => encode_key_bytes(out, s.as_bytes()),
         Value::Bytes(b) => encode_key_bytes(out, b),
-        // Excluded by TableSpec::normalize (no FLOAT keys) and coerce (no NULL keys).
-        Value::Float(f) => out.extend_from_slice(&f.to_bits().to_be_bytes()),
+        // Only unique indexes' hidden tables have FLOAT keys (TableSpec::normalize); NULL keys
+        // are refused by coerce. -0 and +0 are one key, as they are equal in SQL.
+        Value::Float(f) => {
+            let f = if *f == 0.0 { 0.0 } else { *f };
+            out.extend_from_slice(&f.to_bits().to_be_bytes())
+        }
         Value::Null => {}
     }
 }

@@ -127,7 +127,8 @@ pub struct IndexSpec {
     pub id: u32,
     pub name: String,
     pub columns: Vec<u32>,
-    /// Not supported yet (refused by `check`).
+    /// No two rows share non-NULL values of the columns, cluster-wide. The SQL node keeps the
+    /// index's hidden table (`Table::unique_table_spec`) in each writing transaction.
     pub unique: bool,
 }
 
@@ -145,11 +146,6 @@ impl IndexSpec {
             if self.columns[..i].contains(c) {
                 return Err(invalid(format!("index {} names a column twice", self.name)));
             }
-        }
-        if self.unique {
-            // Unique indexes need a cluster-wide check inside the writing transaction (NDB's
-            // hidden unique-index tables); until that exists, promising one would be a lie.
-            return Err(invalid(format!("index {}: unique indexes are not supported yet", self.name)));
         }
         Ok(())
     }
@@ -224,7 +220,9 @@ impl TableSpec {
                 return Err(invalid(format!("column {} is twice in the primary key", col.name)));
             }
             seen.push(k);
-            if col.ty == ColumnType::Float {
+            if col.ty == ColumnType::Float && !self.name.contains(UNIQUE_TABLE_MARK) {
+                // Float equality is a poor key (SQL nodes refuse it too); a unique index on a
+                // FLOAT column needs one in its hidden table, where -0 and +0 encode alike.
                 return Err(invalid(format!("column {}: FLOAT cannot be part of a primary key", col.name)));
             }
             // Primary key columns are NOT NULL, as in MySQL.
@@ -267,7 +265,57 @@ impl Table {
     pub fn key_of(&self, row: &[Value]) -> Vec<Value> {
         self.spec.primary_key.iter().map(|&i| row[i as usize].clone()).collect()
     }
+
+    pub fn unique_indexes(&self) -> impl Iterator<Item = &IndexSpec> {
+        self.indexes.iter().filter(|i| i.unique)
+    }
+
+    /// The hidden table that holds a unique index (NDB's unique index tables): one row per
+    /// indexed row whose index columns are all non-NULL, keyed (and partitioned) by those
+    /// values, holding the row's primary key. Inserting there is the cluster-wide uniqueness
+    /// check. Named `db.#unique-<table id>-<index id>` (ids survive renames; an ALTER TABLE
+    /// copy has its own id, so a copy's hidden tables are its own).
+    pub fn unique_table_name(&self, index: &IndexSpec) -> String {
+        match self.spec.name.split_once('.') {
+            Some((db, _)) => format!("{db}.{UNIQUE_TABLE_MARK}{}-{}", self.id, index.id),
+            None => format!("{UNIQUE_TABLE_MARK}{}-{}", self.id, index.id),
+        }
+    }
+
+    /// Columns `k0…`: the index columns; `p0…`: the primary key of the row.
+    pub fn unique_table_spec(&self, index: &IndexSpec) -> TableSpec {
+        let hidden_col = |name: String, c: &Column| Column {
+            name,
+            nullable: false,
+            auto_increment: false,
+            default: None,
+            ..c.clone()
+        };
+        let mut columns: Vec<Column> = index
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| hidden_col(format!("k{i}"), &self.columns()[c as usize]))
+            .collect();
+        let keys = columns.len() as u32;
+        columns.extend(
+            self.spec
+                .primary_key
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| hidden_col(format!("p{i}"), &self.columns()[c as usize])),
+        );
+        TableSpec {
+            name: self.unique_table_name(index),
+            columns,
+            primary_key: (0..keys).collect(),
+            partition_key: vec![],
+        }
+    }
 }
+
+/// Names of unique indexes' hidden tables contain this (after the database's dot).
+pub const UNIQUE_TABLE_MARK: &str = "#unique-";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Value {

@@ -1,5 +1,7 @@
-//! ALTER TABLE that changes columns (ADD/DROP COLUMN), by copy, as MySQL's ALGORITHM=COPY: rows
-//! are encoded by position, so a new layout means new rows.
+//! ALTER TABLE that changes columns (ADD/DROP COLUMN) or adds a unique index, by copy, as
+//! MySQL's ALGORITHM=COPY: rows are encoded by position, so a new layout means new rows; a new
+//! unique index must see every existing row checked and entered while no write slips past it,
+//! and the copy's new table id fences off SQL nodes that do not know the index yet.
 //!
 //! 1. The new layout is worked out from the old table and the operations (indexes follow their
 //!    columns; an index left without columns goes).
@@ -8,15 +10,16 @@
 //!    the cluster client retries within its deadline (writers wait, or fail when the copy
 //!    outlasts it). Reads go on. The copy renews the mark every 2 s; mgmd lifts a mark not
 //!    renewed for 10 s (its SQL node died), and then refuses the swap.
-//! 4. Every row is copied, converted. 5. One catalog change drops the table and gives its name
-//!    to the copy. A failure before that drops the copy and lets writes in again.
+//! 4. Every row is copied, converted, with its unique index entries (a value taken twice fails
+//!    the ALTER with 1062). 5. One catalog change drops the table and gives its name to the
+//!    copy. A failure before that drops the copy and lets writes in again.
 
 use shoal_proto::{Column, ColumnType, IndexSpec, TableSpec, Value};
 use sqlparser::ast::{self, AlterTableOperation, TableConstraint};
 use tokio_stream::StreamExt;
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::session::{column_from_def, default_index_name, index_columns, Session};
+use crate::session::{column_from_def, default_index_name, index_columns, index_of_constraint, InlineKey, Session};
 use crate::sql::bind::TableRef;
 
 /// Names of the copies ALTER TABLE makes start with this (hidden from SHOW TABLES).
@@ -44,11 +47,33 @@ struct NewColumn {
 struct NamedIndex {
     name: String,
     columns: Vec<String>,
+    unique: bool,
 }
 
-/// Whether an ALTER TABLE operation needs the copy (changes columns).
-pub fn changes_columns(op: &AlterTableOperation) -> bool {
-    matches!(op, AlterTableOperation::AddColumn { .. } | AlterTableOperation::DropColumn { .. })
+/// Whether an ALTER TABLE operation needs the copy (changes columns or adds a unique index).
+pub fn needs_copy(op: &AlterTableOperation) -> bool {
+    matches!(
+        op,
+        AlterTableOperation::AddColumn { .. }
+            | AlterTableOperation::DropColumn { .. }
+            | AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(_), .. }
+    )
+}
+
+/// `CREATE UNIQUE INDEX name ON t (columns)` as the ALTER TABLE operation it is.
+pub fn add_unique(name: Option<String>, columns: Vec<ast::IndexColumn>) -> AlterTableOperation {
+    let constraint = TableConstraint::Unique(ast::UniqueConstraint {
+        name: None,
+        index_name: name.map(ast::Ident::new),
+        index_type_display: ast::KeyOrIndexDisplay::None,
+        index_type: None,
+        columns,
+        include: vec![],
+        index_options: vec![],
+        characteristics: None,
+        nulls_distinct: ast::NullsDistinctOption::None,
+    });
+    AlterTableOperation::AddConstraint { constraint, not_valid: false }
 }
 
 /// The value a new NOT NULL column without DEFAULT gets in existing rows (MySQL's implicit
@@ -90,13 +115,13 @@ impl Session {
             .indexes
             .iter()
             .filter(|i| i.name != "PRIMARY")
-            .map(|i| NamedIndex { name: i.name.clone(), columns: names(&i.columns) })
+            .map(|i| NamedIndex { name: i.name.clone(), columns: names(&i.columns), unique: i.unique })
             .collect();
         let env = self.env();
         for op in ops {
             match op {
                 AlterTableOperation::AddColumn { if_not_exists, column_def, column_position, .. } => {
-                    let (col, inline_pk) = column_from_def(&env, column_def)?;
+                    let (col, inline_key) = column_from_def(&env, column_def)?;
                     if find(&cols, &col.name).is_some() {
                         if *if_not_exists {
                             continue;
@@ -106,8 +131,13 @@ impl Session {
                             format!("Duplicate column name '{}'", col.name),
                         ));
                     }
-                    if inline_pk {
+                    if inline_key == InlineKey::Primary {
                         return Err(SqlError::not_supported("adding a PRIMARY KEY column"));
+                    }
+                    if inline_key == InlineKey::Unique {
+                        let name =
+                            default_index_name(std::slice::from_ref(&col), 0, indexes.iter().map(|i| i.name.as_str()));
+                        indexes.push(NamedIndex { name, columns: vec![col.name.clone()], unique: true });
                     }
                     if col.auto_increment {
                         return Err(SqlError::not_supported("adding an AUTO_INCREMENT column"));
@@ -158,20 +188,23 @@ impl Session {
                         indexes.retain(|ix| !ix.columns.is_empty());
                     }
                 }
-                AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ix), .. } => {
+                AlterTableOperation::AddConstraint {
+                    constraint: c @ (TableConstraint::Index(_) | TableConstraint::Unique(_)),
+                    ..
+                } => {
+                    let Some((name, parts, unique)) = index_of_constraint(c) else { continue };
                     let columns: Vec<Column> = cols.iter().map(|c| c.col.clone()).collect();
-                    let positions = index_columns(&columns, &ix.columns)?;
-                    let name = match &ix.name {
-                        Some(n) => n.value.clone(),
-                        None => default_index_name(&columns, positions[0], indexes.iter().map(|i| i.name.as_str())),
-                    };
+                    let positions = index_columns(&columns, parts)?;
+                    let name = name.unwrap_or_else(|| {
+                        default_index_name(&columns, positions[0], indexes.iter().map(|i| i.name.as_str()))
+                    });
                     if indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&name))
                         || name.eq_ignore_ascii_case("PRIMARY")
                     {
                         return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")));
                     }
                     let columns = positions.iter().map(|&p| columns[p as usize].name.clone()).collect();
-                    indexes.push(NamedIndex { name, columns });
+                    indexes.push(NamedIndex { name, columns, unique });
                 }
                 AlterTableOperation::DropIndex { name } => {
                     let before = indexes.len();
@@ -199,7 +232,7 @@ impl Session {
         }
         for ix in &indexes {
             let columns = ix.columns.iter().filter_map(position).collect();
-            specs.push(IndexSpec { id: 0, name: ix.name.clone(), columns, unique: false });
+            specs.push(IndexSpec { id: 0, name: ix.name.clone(), columns, unique: ix.unique });
         }
         let (db, name) = table.spec.name.split_once('.').unwrap_or(("", table.spec.name.as_str()));
         let copy_name = format!("{db}.{COPY_PREFIX}{name}");
@@ -213,12 +246,14 @@ impl Session {
         let client = self.client().clone();
         // A copy left behind by an ALTER that died half-way is stale.
         client.drop_table(&copy_name, true).await.map_err(|e| SqlError::from_cluster(&e))?;
-        client.create_table_with_indexes(spec, specs, false).await.map_err(|e| SqlError::from_cluster(&e))?;
+        let copy =
+            client.create_table_with_indexes(spec, specs, false).await.map_err(|e| SqlError::from_cluster(&e))?;
         let copied = async {
             client.set_read_only(&table.spec.name, true).await?;
             let mut renewed = std::time::Instant::now();
             let mut rows = client.scan(&table.spec.name, vec![], vec![]);
             let mut batch = Vec::with_capacity(COPY_BATCH);
+            let mut entries: Vec<(usize, Vec<Value>)> = vec![];
             loop {
                 // mgmd lets writes in again when the mark is not renewed (a dead SQL node).
                 if renewed.elapsed() >= RENEW_EVERY {
@@ -234,9 +269,30 @@ impl Session {
                             Source::Fill(v) => v.clone(),
                         })
                         .collect();
+                    // Nobody else writes the copy: its unique entries need no transaction.
+                    let row = client.with_hidden_key(&copy, row);
+                    for e in crate::unique::entries(&copy, &row) {
+                        entries.push((e.index, e.row));
+                    }
                     batch.push(shoal_client::KeyOp::Insert { table: copy_name.clone(), row });
                 }
                 if batch.len() >= COPY_BATCH || (next.is_none() && !batch.is_empty()) {
+                    let taken = std::mem::take(&mut entries);
+                    let inserts = taken.iter().map(|(ix, row)| shoal_client::KeyOp::Insert {
+                        table: copy.unique_table_name(&copy.indexes[*ix]),
+                        row: row.clone(),
+                    });
+                    for (r, (ix, row)) in client.batch(inserts.collect()).await.into_iter().zip(&taken) {
+                        match r {
+                            Err(e) if e.code == shoal_proto::ErrorCode::DuplicateKey => {
+                                let ix = &copy.indexes[*ix];
+                                return Err(crate::unique::duplicate(&t.name, &copy, ix, &row[..ix.columns.len()]));
+                            }
+                            r => {
+                                r?;
+                            }
+                        }
+                    }
                     for r in client.batch(std::mem::take(&mut batch)).await {
                         r?;
                     }

@@ -165,6 +165,7 @@ impl SqlError {
     pub fn from_cluster(e: &ShoalError) -> SqlError {
         use code::*;
         match e.code {
+            ErrorCode::DuplicateKey if crate::unique::is_worded(e) => SqlError::new(DUP_ENTRY, e.message.clone()),
             ErrorCode::DuplicateKey => {
                 SqlError::new(DUP_ENTRY, format!("Duplicate entry for key 'PRIMARY': {}", e.message))
             }

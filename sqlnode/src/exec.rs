@@ -522,8 +522,19 @@ impl Session {
                     Some(Err(e)) => return Err(cluster_err(&e, t)),
                     None => return Err(SqlError::internal("INSERT: no answer from the cluster")),
                 }
-                let key = t.table.key_of(&row);
-                let Some(old) = self.kv_get(name, key.clone()).await.map_err(|e| cluster_err(&e, t))? else {
+                // The row holding the primary key, else (MySQL's order) one holding a unique value.
+                let mut key = if t.table.hidden_pk { None } else { Some(t.table.key_of(&row)) };
+                let mut old = None;
+                if let Some(k) = &key {
+                    old = self.kv_get(name, k.clone()).await.map_err(|e| cluster_err(&e, t))?;
+                }
+                if old.is_none() && crate::unique::has_unique(&t.table) {
+                    key = self.unique_holder(&t.table, &row).await.map_err(|e| cluster_err(&e, t))?;
+                    if let Some(k) = &key {
+                        old = self.kv_get(name, k.clone()).await.map_err(|e| cluster_err(&e, t))?;
+                    }
+                }
+                let (Some(key), Some(old)) = (key, old) else {
                     continue; // deleted meanwhile: insert again
                 };
                 let mut vals: Vec<Val> = old.iter().take(width).zip(&t.types).map(|(v, ty)| ty.load(v)).collect();
@@ -724,6 +735,10 @@ impl Session {
                         }
                     }
                     Err(e) if e.code == ErrorCode::DuplicateKey && ignore => {}
+                    // A unique index's value: not a clash of generated keys.
+                    Err(e) if crate::unique::is_worded(&e) => {
+                        failure.get_or_insert((SqlError::from_cluster(&e), false));
+                    }
                     Err(e) if e.code == ErrorCode::DuplicateKey => {
                         failure.get_or_insert((dup_entry(t, row), *generated));
                     }

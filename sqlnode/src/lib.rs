@@ -12,6 +12,7 @@ pub mod session;
 pub mod sql;
 pub mod txn;
 pub mod types;
+mod unique;
 pub mod users;
 pub mod val;
 pub mod view;

@@ -247,10 +247,11 @@ impl Session {
     }
 
     /// Tables of one database: (name, catalog table).
-    /// The tables of `db` a user sees: without the copies an ALTER TABLE is making.
+    /// The tables of `db` a user sees: without the copies an ALTER TABLE is making and the
+    /// hidden tables of unique indexes.
     pub fn user_tables_in(&self, db: &str) -> Vec<(String, Table)> {
         let mut out = self.tables_in(db);
-        out.retain(|(name, _)| !name.starts_with(crate::alter::COPY_PREFIX));
+        out.retain(|(name, _)| !is_internal_table(name));
         out
     }
 
@@ -277,6 +278,9 @@ impl Session {
         };
         // Privileges first: whether a table exists is no business of who may not use it.
         self.check_table(&db, &name)?;
+        if is_internal_table(&name) {
+            return Err(SqlError::no_such_table(&db, &name));
+        }
         let full = format!("{db}.{name}");
         let found = self.client().map().table(&full).cloned();
         let table = match found {
@@ -367,13 +371,20 @@ impl Session {
                 Ok(Outcome::ok())
             }
             Statement::CreateIndex(ci) => {
-                // UNIQUE would promise a constraint the cluster does not enforce yet.
-                if ci.unique {
-                    return Err(SqlError::not_supported("CREATE UNIQUE INDEX"));
-                }
                 let t = self.resolve(&object_parts(&ci.table_name)).await?;
                 let name = ci.name.as_ref().map(|n| object_parts(n).join("."));
-                self.add_index(&t, name, &ci.columns, ci.if_not_exists).await?;
+                if ci.unique {
+                    // Existing rows are checked and entered by a copy of the table.
+                    let taken =
+                        name.as_ref().is_some_and(|n| t.table.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(n)));
+                    if taken && ci.if_not_exists {
+                        return Ok(Outcome::ok());
+                    }
+                    let op = crate::alter::add_unique(name, ci.columns.clone());
+                    self.alter_by_copy(&t, &[op]).await?;
+                } else {
+                    self.add_index(&t, name, &ci.columns, ci.if_not_exists).await?;
+                }
                 Ok(Outcome::ok())
             }
             Statement::Drop { object_type: ast::ObjectType::Index, if_exists, names, table: Some(table), .. }
@@ -786,10 +797,19 @@ impl Session {
             if columns.iter().any(|c| c.name.eq_ignore_ascii_case(&cname)) {
                 return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{cname}'")));
             }
-            let (col, inline_pk) = column_from_def(&env, cd)?;
-            if inline_pk {
-                pk_defs += 1;
-                pk = vec![columns.len() as u32];
+            let (col, inline_key) = column_from_def(&env, cd)?;
+            match inline_key {
+                InlineKey::Primary => {
+                    pk_defs += 1;
+                    pk = vec![columns.len() as u32];
+                }
+                // MySQL names a column's own unique key after the column.
+                InlineKey::Unique => {
+                    let taken = secondary.iter().map(|s| s.name.as_str());
+                    let name = default_index_name(std::slice::from_ref(&col), 0, taken);
+                    secondary.push(IndexSpec { id: 0, name, columns: vec![columns.len() as u32], unique: true });
+                }
+                InlineKey::None => {}
             }
             columns.push(col);
         }
@@ -802,19 +822,19 @@ impl Session {
                         columns[i as usize].nullable = false;
                     }
                 }
-                // Ordered secondary indexes, kept by the data nodes.
-                TableConstraint::Index(ix) => {
-                    let cols = index_columns(&columns, &ix.columns)?;
-                    let name = match &ix.name {
-                        Some(n) => n.value.clone(),
-                        None => default_index_name(&columns, cols[0], secondary.iter().map(|s| s.name.as_str())),
-                    };
+                // Ordered secondary indexes, kept by the data nodes; unique ones also have a
+                // hidden table each (`unique.rs`).
+                TableConstraint::Index(_) | TableConstraint::Unique(_) => {
+                    let Some((name, parts, unique)) = index_of_constraint(c) else { continue };
+                    let cols = index_columns(&columns, parts)?;
+                    let name = name.unwrap_or_else(|| {
+                        default_index_name(&columns, cols[0], secondary.iter().map(|s| s.name.as_str()))
+                    });
                     if secondary.iter().any(|s: &IndexSpec| s.name.eq_ignore_ascii_case(&name)) {
                         return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")));
                     }
-                    secondary.push(IndexSpec { id: 0, name, columns: cols, unique: false });
+                    secondary.push(IndexSpec { id: 0, name, columns: cols, unique });
                 }
-                TableConstraint::Unique(_) => return Err(SqlError::not_supported("UNIQUE constraints")),
                 TableConstraint::ForeignKey(_) => return Err(SqlError::not_supported("FOREIGN KEY constraints")),
                 other => return Err(SqlError::not_supported(format!("table constraint {other}"))),
             }
@@ -910,7 +930,7 @@ impl Session {
     /// copy (`alter.rs`).
     async fn alter_table(&mut self, at: &ast::AlterTable) -> SqlResult<Outcome> {
         let t = self.resolve(&object_parts(&at.name)).await?;
-        if at.operations.iter().any(crate::alter::changes_columns) {
+        if at.operations.iter().any(crate::alter::needs_copy) {
             self.alter_by_copy(&t, &at.operations).await?;
             return Ok(Outcome::ok());
         }
@@ -942,6 +962,10 @@ impl Session {
             };
             self.check_table(&db, &t)?;
             let full = format!("{db}.{t}");
+            if is_internal_table(&t) {
+                missing.push(full);
+                continue;
+            }
             if self.client().map().table(&full).is_none() {
                 let _ = self.client().refresh().await;
             }
@@ -1086,7 +1110,8 @@ pub fn show_create(t: &TableRef) -> String {
     }
     for ix in t.table.indexes.iter().filter(|i| i.name != "PRIMARY") {
         let cols: Vec<String> = ix.columns.iter().map(|&c| format!("`{}`", t.col_name(c as usize))).collect();
-        lines.push(format!("  KEY `{}` ({})", ix.name, cols.join(",")));
+        let kind = if ix.unique { "UNIQUE KEY" } else { "KEY" };
+        lines.push(format!("  {kind} `{}` ({})", ix.name, cols.join(",")));
     }
     let spec = &t.table.spec;
     let partitioning = if !t.table.hidden_pk && spec.partition_key != spec.primary_key {
@@ -1108,6 +1133,18 @@ pub fn show_like(pattern: &str, s: &str) -> bool {
 }
 
 /// The column positions of an index's key parts.
+/// An index a table constraint declares: its name if given, its columns, whether unique.
+pub(crate) fn index_of_constraint(c: &TableConstraint) -> Option<(Option<String>, &[ast::IndexColumn], bool)> {
+    match c {
+        TableConstraint::Index(ix) => Some((ix.name.as_ref().map(|n| n.value.clone()), &ix.columns, false)),
+        TableConstraint::Unique(u) => {
+            let name = u.index_name.as_ref().or(u.name.as_ref()).map(|n| n.value.clone());
+            Some((name, &u.columns, true))
+        }
+        _ => None,
+    }
+}
+
 pub(crate) fn index_columns(columns: &[Column], parts: &[ast::IndexColumn]) -> SqlResult<Vec<u32>> {
     let mut out = vec![];
     for ic in parts {
@@ -1143,11 +1180,25 @@ pub(crate) fn default_index_name<'a>(
     (2..).map(|k| format!("{base}_{k}")).find(|n| free(n)).expect("some suffix is free")
 }
 
-/// One column of CREATE TABLE / ALTER TABLE ADD COLUMN: the catalog column, and whether it
-/// says PRIMARY KEY itself.
-pub(crate) fn column_from_def(env: &Env, cd: &ast::ColumnDef) -> SqlResult<(Column, bool)> {
+/// One column of CREATE TABLE / ALTER TABLE ADD COLUMN: the catalog column, and the key it
+/// declares itself.
+/// Tables the SQL node keeps for itself (ALTER TABLE copies, unique index tables): not
+/// listed, not readable or writable by name.
+pub(crate) fn is_internal_table(name: &str) -> bool {
+    name.starts_with(crate::alter::COPY_PREFIX) || name.starts_with(shoal_proto::UNIQUE_TABLE_MARK)
+}
+
+/// A key declared on the column itself (`PRIMARY KEY`, `UNIQUE [KEY]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InlineKey {
+    None,
+    Primary,
+    Unique,
+}
+
+pub(crate) fn column_from_def(env: &Env, cd: &ast::ColumnDef) -> SqlResult<(Column, InlineKey)> {
     let cname = cd.name.value.clone();
-    let mut inline_pk = false;
+    let mut inline_key = InlineKey::None;
     let ty = SqlType::from_ast(&cd.data_type)?;
     let (storage, max_len) = ty.storage()?;
     let mut col = Column::new(&cname, storage);
@@ -1161,8 +1212,13 @@ pub(crate) fn column_from_def(env: &Env, cd: &ast::ColumnDef) -> SqlResult<(Colu
             ColumnOption::NotNull => col.nullable = false,
             ColumnOption::Default(e) => default_expr = Some(e.clone()),
             ColumnOption::PrimaryKey(_) => {
-                inline_pk = true;
+                inline_key = InlineKey::Primary;
                 col.nullable = false;
+            }
+            ColumnOption::Unique(_) => {
+                if inline_key == InlineKey::None {
+                    inline_key = InlineKey::Unique;
+                }
             }
             ColumnOption::DialectSpecific(tokens)
                 if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTO_INCREMENT")) =>
@@ -1177,7 +1233,6 @@ pub(crate) fn column_from_def(env: &Env, cd: &ast::ColumnDef) -> SqlResult<(Colu
                 col.nullable = false;
             }
             ColumnOption::Comment(_) | ColumnOption::CharacterSet(_) | ColumnOption::Collation(_) => {}
-            ColumnOption::Unique(_) => return Err(SqlError::not_supported("UNIQUE constraints")),
             other => return Err(SqlError::not_supported(format!("column option {other}"))),
         }
     }
@@ -1204,5 +1259,5 @@ pub(crate) fn column_from_def(env: &Env, cd: &ast::ColumnDef) -> SqlResult<(Colu
             col.default = Some(ty.store(&cname, &v, 1).map_err(|_| bad())?);
         }
     }
-    Ok((col, inline_pk))
+    Ok((col, inline_key))
 }

@@ -66,6 +66,9 @@ impl Session {
     /// Key operations: through the open transaction (reads with the statement's lock), or each
     /// committed on its own.
     pub(crate) async fn kv_batch(&self, ops: Vec<KeyOp>) -> Vec<OpOutcome> {
+        if self.writes_unique(&ops) {
+            return self.write_unique(ops).await;
+        }
         if !self.in_cluster_txn().await {
             return self.client().batch(ops).await;
         }
