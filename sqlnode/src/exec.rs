@@ -96,6 +96,19 @@ impl Session {
                     f(&row, convert(&row))?;
                 }
             }
+            Access::Unique(ix, key) => {
+                // The entry names the row; the caller checks the row against the WHERE clause
+                // again, so a row that changed in between is not taken for a match.
+                let Some(ix) = t.table.indexes.iter().find(|i| &i.name == ix) else { return Ok(()) };
+                let hidden = t.table.unique_table_name(ix);
+                let entry = self.kv_get(&hidden, key.clone()).await.map_err(|e| cluster_err(&e, t))?;
+                if let Some(entry) = entry {
+                    let pk = entry[ix.columns.len()..].to_vec();
+                    if let Some(row) = self.kv_get(name, pk).await.map_err(|e| cluster_err(&e, t))? {
+                        f(&row, convert(&row))?;
+                    }
+                }
+            }
             Access::Keys(keys) => {
                 let rows = self.kv_batch_get(name, keys.clone()).await.map_err(|e| cluster_err(&e, t))?;
                 for row in rows.into_iter().flatten() {

@@ -3,6 +3,8 @@
 //!
 //! - equality on every primary key column → one key read;
 //! - a single-column primary key `IN (constants)` → one batched key read;
+//! - equality on every column of a unique index → a key read of its hidden table, then of the
+//!   row (two single-partition reads instead of a scan of every partition);
 //! - equality on leading columns of an ordered index (`PRIMARY` included) and/or a range on
 //!   the next one → an index range scan (the filters are pushed down with it);
 //! - otherwise a scan of every partition with the simple `column <op> constant` conjuncts pushed
@@ -30,6 +32,8 @@ pub enum Access {
     /// Primary key values in key order.
     Key(Vec<Value>),
     Keys(Vec<Vec<Value>>),
+    /// The unique index named, at these values (in index column order).
+    Unique(String, Vec<Value>),
     Scan(Vec<Filter>),
     /// A scan of the one partition every matching row lives in (equality on the whole
     /// partition key of a `PARTITION BY KEY` table), with filters.
@@ -52,6 +56,7 @@ impl Access {
             Access::Nothing => "no rows (impossible WHERE)".into(),
             Access::Key(_) => "primary key read".into(),
             Access::Keys(k) => format!("batched primary key read of {} keys", k.len()),
+            Access::Unique(ix, _) => format!("unique key read of index {ix}"),
             Access::Scan(f) if f.is_empty() => "full scan".into(),
             Access::Scan(f) => format!("scan with {} pushed-down filter(s)", f.len()),
             Access::Partition(p, f) => format!("scan of partition {p} with {} pushed-down filter(s)", f.len()),
@@ -163,6 +168,28 @@ pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
                     }
                 }
             }
+        }
+    }
+
+    // Equality on every column of a unique index. FLOAT columns are left to range scans:
+    // their stored values need not equal a constant's exact conversion.
+    for ix in t.table.unique_indexes() {
+        let key: Option<Vec<Value>> = ix
+            .columns
+            .iter()
+            .map(|&c| {
+                let c = c as usize;
+                if t.table.columns()[c].ty == shoal_proto::ColumnType::Float {
+                    return None;
+                }
+                conj.iter().find_map(|e| match column_vs_const(e) {
+                    Some((col, Cmp::Eq, v)) if col == c => t.types[c].exact_storage(v),
+                    _ => None,
+                })
+            })
+            .collect();
+        if let Some(key) = key.filter(|k| !k.iter().any(|v| matches!(v, Value::Null))) {
+            return Access::Unique(ix.name.clone(), key);
         }
     }
 
@@ -409,6 +436,30 @@ mod tests {
     }
     fn lit(v: Val) -> Box<Expr> {
         Box::new(Expr::Lit(v))
+    }
+
+    #[test]
+    fn unique_index_equality_reads_two_keys() {
+        let mut t = table(vec![0]);
+        let ix = |name: &str, columns: Vec<u32>, unique| shoal_proto::IndexSpec {
+            id: 2,
+            name: name.into(),
+            columns,
+            unique,
+        };
+        t.table.indexes = vec![ix("bc", vec![1, 2], true), ix("c_only", vec![2], false)];
+        let b = Expr::Cmp(Cmp::Eq, col(1), lit(Val::Str("x".into())));
+        let c = Expr::Cmp(Cmp::Eq, lit(Val::Int(3)), col(2));
+        let both = Expr::And(Box::new(b.clone()), Box::new(c.clone()));
+        let key = vec![Value::Text("x".into()), Value::Int(3)];
+        assert_eq!(choose(&t, Some(&both)), Access::Unique("bc".into(), key));
+        // Part of the unique key, or a non-unique index: no single row is named.
+        assert!(!matches!(choose(&t, Some(&c)), Access::Unique(..)));
+        t.table.indexes[1].unique = true;
+        assert_eq!(choose(&t, Some(&c)), Access::Unique("c_only".into(), vec![Value::Int(3)]));
+        // The primary key comes first.
+        let pk = Expr::And(Box::new(Expr::Cmp(Cmp::Eq, col(0), lit(Val::Int(1)))), Box::new(c));
+        assert_eq!(choose(&t, Some(&pk)), Access::Key(vec![Value::Int(1)]));
     }
 
     #[test]
