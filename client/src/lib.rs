@@ -2,6 +2,10 @@
 //! the cluster map, routes every key to its partition's primary, batches keys per data node,
 //! and retries transparently on stale epochs, moved primaries and failed nodes until the
 //! request's deadline. The SQL node, the CLI, the benchmarks and the tests all use it.
+//!
+//! Unique indexes (`IndexSpec::unique`) are kept by the SQL node, which writes their hidden
+//! tables in the same transaction as the rows (`sqlnode/src/unique.rs`); writes through this
+//! API do not, so tables with unique indexes should be written through SQL.
 
 mod alter;
 pub mod batcher;
