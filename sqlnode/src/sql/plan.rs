@@ -96,6 +96,17 @@ fn cmp_op(c: Cmp) -> Option<CmpOp> {
     })
 }
 
+/// A comparison of a column with NULL (`col = NULL`, `col BETWEEN NULL AND x`): never true.
+/// Preparing a statement runs it with NULL in every placeholder; this keeps that run from
+/// scanning the whole table.
+fn never_true(e: &Expr) -> bool {
+    let null = |x: &Expr| matches!(x, Expr::Lit(v) if v.is_null());
+    match e {
+        Expr::Between(x, lo, hi, false) => matches!(x.as_ref(), Expr::Col(_)) && (null(lo) || null(hi)),
+        _ => column_vs_const(e).is_some_and(|(_, op, v)| v.is_null() && op != Cmp::NullSafeEq),
+    }
+}
+
 /// `col <op> constant` in either order, normalized to the column on the left.
 fn column_vs_const(e: &Expr) -> Option<(usize, Cmp, &Val)> {
     match e {
@@ -111,7 +122,7 @@ fn column_vs_const(e: &Expr) -> Option<(usize, Cmp, &Val)> {
 pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
     let Some(filter) = filter else { return Access::Scan(vec![]) };
     let conj = filter.conjuncts();
-    if conj.iter().any(|e| matches!(e, Expr::Lit(v) if v.truth() != Some(true))) {
+    if conj.iter().any(|e| matches!(e, Expr::Lit(v) if v.truth() != Some(true)) || never_true(e)) {
         return Access::Nothing;
     }
     let pk: Vec<usize> = t.table.spec.primary_key.iter().map(|&k| k as usize).collect();
@@ -471,6 +482,12 @@ mod tests {
         assert_eq!(choose(&t, Some(&flipped)), Access::Key(vec![Value::Int(5)]));
         let half = Expr::Cmp(Cmp::Eq, col(0), lit(Val::Float(1.5)));
         assert_eq!(choose(&t, Some(&half)), Access::Nothing);
+        // Comparisons with NULL (a statement prepared with NULL placeholders) read nothing.
+        let between = Expr::Between(col(2), lit(Val::Null), lit(Val::Int(9)), false);
+        assert_eq!(choose(&t, Some(&between)), Access::Nothing);
+        assert_eq!(choose(&t, Some(&Expr::Cmp(Cmp::Lt, col(2), lit(Val::Null)))), Access::Nothing);
+        let null_safe = Expr::Cmp(Cmp::NullSafeEq, col(2), lit(Val::Null));
+        assert_ne!(choose(&t, Some(&null_safe)), Access::Nothing);
         let inl =
             Expr::InList(col(0), vec![Expr::Lit(Val::Int(1)), Expr::Lit(Val::Int(2)), Expr::Lit(Val::Int(1))], false);
         assert_eq!(choose(&t, Some(&inl)), Access::Keys(vec![vec![Value::Int(1)], vec![Value::Int(2)]]));
