@@ -3,6 +3,9 @@
 //!
 //! - equality on every primary key column → one key read;
 //! - a single-column primary key `IN (constants)` → one batched key read;
+//! - a short bounded range of a single-column integer primary key (`id BETWEEN 5 AND 104`, at
+//!   most [`MAX_RANGE_AS_KEYS`] values) → a batched key read of every value in it: one call
+//!   per data node instead of an index scan stream per partition (keys hash across them all);
 //! - equality on every column of a unique index → a key read of its hidden table, then of the
 //!   row (two single-partition reads instead of a scan of every partition);
 //! - equality on leading columns of an ordered index (`PRIMARY` included) and/or a range on
@@ -24,6 +27,8 @@ use crate::val::Val;
 
 /// Most keys one statement reads through a batched key read.
 pub const MAX_KEY_READS: usize = 10_000;
+/// Most keys a bounded range of a single-column integer primary key is read as, key by key.
+pub const MAX_RANGE_AS_KEYS: i128 = 128;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Access {
@@ -178,6 +183,9 @@ pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
                         return if keys.is_empty() { Access::Nothing } else { Access::Keys(keys) };
                     }
                 }
+            }
+            if let Some(a) = short_key_range(t, &conj, pk[0]) {
+                return a;
             }
         }
     }
@@ -344,6 +352,31 @@ fn bounds_of(t: &TableRef, conj: &[&Expr], col: usize) -> Bounds {
 
 /// The best ordered-index range for the conjuncts: the index with the most leading columns
 /// bound by equality, then a range on the next column. None when no index helps.
+/// Every key of a bounded range of the integer primary key column `col`, when there are few.
+/// Exact for any integer storage (DECIMAL included: its stored integers are all its values).
+fn short_key_range(t: &TableRef, conj: &[&Expr], col: usize) -> Option<Access> {
+    let b = bounds_of(t, conj, col);
+    let ((lo, lo_inclusive), (hi, hi_inclusive)) = (b.lower?, b.upper?);
+    let int = |v: &Value| match v {
+        Value::Int(i) => Some(i128::from(*i)),
+        Value::Uint(u) => Some(i128::from(*u)),
+        _ => None,
+    };
+    let lo = int(&lo)? + i128::from(!lo_inclusive);
+    let hi = int(&hi)? - i128::from(!hi_inclusive);
+    if lo > hi {
+        return Some(Access::Nothing);
+    }
+    if hi - lo >= MAX_RANGE_AS_KEYS {
+        return None;
+    }
+    let key = |k: i128| match t.table.columns()[col].ty {
+        shoal_proto::ColumnType::Uint => Value::Uint(k as u64),
+        _ => Value::Int(k as i64),
+    };
+    Some(Access::Keys((lo..=hi).map(|k| vec![key(k)]).collect()))
+}
+
 fn index_range(t: &TableRef, conj: &[&Expr]) -> Option<IndexRange> {
     let mut best: Option<(usize, IndexRange)> = None;
     for ix in &t.table.indexes {
@@ -482,6 +515,20 @@ mod tests {
         assert_eq!(choose(&t, Some(&flipped)), Access::Key(vec![Value::Int(5)]));
         let half = Expr::Cmp(Cmp::Eq, col(0), lit(Val::Float(1.5)));
         assert_eq!(choose(&t, Some(&half)), Access::Nothing);
+        // A short range of the integer key: every key in it; a long or open one: a range scan.
+        let short = Expr::Between(col(0), lit(Val::Int(5)), lit(Val::Int(7)), false);
+        let keys = (5..=7).map(|k| vec![Value::Int(k)]).collect();
+        assert_eq!(choose(&t, Some(&short)), Access::Keys(keys));
+        let open = Expr::And(
+            Box::new(Expr::Cmp(Cmp::Gt, col(0), lit(Val::Int(5)))),
+            Box::new(Expr::Cmp(Cmp::Lt, col(0), lit(Val::Int(7)))),
+        );
+        assert_eq!(choose(&t, Some(&open)), Access::Keys(vec![vec![Value::Int(6)]]));
+        let empty = Expr::Cmp(Cmp::Gt, col(0), lit(Val::Int(5)));
+        let empty = Expr::And(Box::new(empty), Box::new(Expr::Cmp(Cmp::Le, col(0), lit(Val::Int(5)))));
+        assert_eq!(choose(&t, Some(&empty)), Access::Nothing);
+        let long = Expr::Between(col(0), lit(Val::Int(0)), lit(Val::Int(MAX_RANGE_AS_KEYS as i64)), false);
+        assert!(matches!(choose(&t, Some(&long)), Access::Range(..) | Access::Scan(_)));
         // Comparisons with NULL (a statement prepared with NULL placeholders) read nothing.
         let between = Expr::Between(col(2), lit(Val::Null), lit(Val::Int(9)), false);
         assert_eq!(choose(&t, Some(&between)), Access::Nothing);
