@@ -26,7 +26,7 @@ fn spec() -> TableSpec {
 }
 
 fn index(name: &str, columns: Vec<u32>) -> IndexSpec {
-    IndexSpec { id: 0, name: name.into(), columns, unique: false }
+    IndexSpec { id: 0, name: name.into(), columns, unique: false, prefix_lens: vec![] }
 }
 
 async fn ids(client: &Client, range: IndexRange, opts: IndexScanOptions) -> Vec<i64> {

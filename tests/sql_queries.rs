@@ -623,7 +623,21 @@ async fn unique_indexes_hold_across_sql_nodes() {
     c.query_drop("DROP INDEX k_u ON v").await.unwrap();
     c.query_drop("INSERT INTO v VALUES (8, 2, 9)").await.unwrap();
     assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM v WHERE k = 2").await, ["2"]);
-    c.query_drop("DROP TABLE u, v").await.unwrap();
+    // A unique prefix (`s(2)`) makes the prefix unique; a plain index ignores its prefix.
+    c.query_drop("CREATE TABLE p (id INT PRIMARY KEY, s VARCHAR(20), UNIQUE KEY s2 (s(2)), KEY s3 (s(3)))")
+        .await
+        .unwrap();
+    c.query_drop("INSERT INTO p VALUES (1, 'abc'), (2, 'x'), (3, NULL)").await.unwrap();
+    let dup = c.query_drop("INSERT INTO p VALUES (4, 'abd')").await;
+    assert_eq!(message_of(dup), "1062 Duplicate entry 'ab' for key 'p.s2'");
+    assert_eq!(rows(&mut c, "SELECT id FROM p WHERE s = 'abc'").await, ["1"]);
+    assert!(rows(&mut c, "SELECT id FROM p WHERE s = 'abz'").await.is_empty());
+    let create = rows(&mut c, "SHOW CREATE TABLE p").await.join("\n");
+    assert!(create.contains("UNIQUE KEY `s2` (`s`(2))") && create.contains("KEY `s3` (`s`(3))"), "{create}");
+    assert_eq!(code_of(c.query_drop("CREATE INDEX bad ON p (id(2))").await), 1089);
+    c.query_drop("ALTER TABLE p ADD COLUMN n INT").await.unwrap();
+    assert_eq!(code_of(c.query_drop("INSERT INTO p (id, s) VALUES (5, 'abe')").await), 1062, "after a copy");
+    c.query_drop("DROP TABLE u, v, p").await.unwrap();
     other.disconnect().await.unwrap();
     c.disconnect().await.unwrap();
 }

@@ -220,8 +220,8 @@ mod tests {
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
         let indexes = vec![
-            IndexSpec { id: 1, name: "by_v".into(), columns: vec![1], unique: false },
-            IndexSpec { id: 2, name: "by_f".into(), columns: vec![2], unique: false },
+            IndexSpec { id: 1, name: "by_v".into(), columns: vec![1], unique: false, prefix_lens: vec![] },
+            IndexSpec { id: 2, name: "by_f".into(), columns: vec![2], unique: false, prefix_lens: vec![] },
         ];
         Table { id: 1, spec, partition_count: 1, schema_version: 1, hidden_pk, indexes, read_only: false }
     }

@@ -1068,7 +1068,13 @@ mod tests {
             primary_key: vec![0],
             partition_key: vec![],
         };
-        let ix = |name: &str, cols: Vec<u32>| IndexSpec { id: 0, name: name.into(), columns: cols, unique: false };
+        let ix = |name: &str, cols: Vec<u32>| IndexSpec {
+            id: 0,
+            name: name.into(),
+            columns: cols,
+            unique: false,
+            prefix_lens: vec![],
+        };
         let out = m
             .apply(Command::CreateTable { spec, if_not_exists: false, indexes: vec![ix("PRIMARY", vec![0])] })
             .unwrap();
@@ -1227,7 +1233,13 @@ mod tests {
             primary_key: vec![0],
             partition_key: vec![],
         };
-        let unique = |name: &str, cols: Vec<u32>| IndexSpec { id: 0, name: name.into(), columns: cols, unique: true };
+        let unique = |name: &str, cols: Vec<u32>| IndexSpec {
+            id: 0,
+            name: name.into(),
+            columns: cols,
+            unique: true,
+            prefix_lens: vec![],
+        };
         let create = |name: &str| Command::CreateTable {
             spec: spec(name),
             if_not_exists: false,

@@ -152,13 +152,19 @@ impl From<&Table> for pb::Table {
 
 impl From<&IndexSpec> for pb::IndexSpec {
     fn from(i: &IndexSpec) -> pb::IndexSpec {
-        pb::IndexSpec { id: i.id, name: i.name.clone(), columns: i.columns.clone(), unique: i.unique }
+        pb::IndexSpec {
+            id: i.id,
+            name: i.name.clone(),
+            columns: i.columns.clone(),
+            unique: i.unique,
+            prefix_lens: i.prefix_lens.clone(),
+        }
     }
 }
 
 impl From<pb::IndexSpec> for IndexSpec {
     fn from(i: pb::IndexSpec) -> IndexSpec {
-        IndexSpec { id: i.id, name: i.name, columns: i.columns, unique: i.unique }
+        IndexSpec { id: i.id, name: i.name, columns: i.columns, unique: i.unique, prefix_lens: i.prefix_lens }
     }
 }
 

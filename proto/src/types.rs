@@ -130,9 +130,27 @@ pub struct IndexSpec {
     /// No two rows share non-NULL values of the columns, cluster-wide. The SQL node keeps the
     /// index's hidden table (`Table::unique_table_spec`) in each writing transaction.
     pub unique: bool,
+    /// Per column: the length in characters (TEXT) or bytes (BYTES) of the prefix indexed, 0
+    /// for the whole value; empty for whole values everywhere. Only a unique index's check
+    /// (and its hidden table's key) uses prefixes; ordered indexes hold whole values, which
+    /// order their prefixes too.
+    #[serde(default)]
+    pub prefix_lens: Vec<u32>,
 }
 
 impl IndexSpec {
+    /// `v`, a value of the index's `i`-th column, cut to that column's prefix length.
+    pub fn cut(&self, i: usize, v: Value) -> Value {
+        match (v, self.prefix_lens.get(i).copied().unwrap_or(0) as usize) {
+            (Value::Text(s), n) if n > 0 && s.chars().nth(n).is_some() => Value::Text(s.chars().take(n).collect()),
+            (Value::Bytes(mut b), n) if n > 0 => {
+                b.truncate(n);
+                Value::Bytes(b)
+            }
+            (v, _) => v,
+        }
+    }
+
     /// Checks the index against its table (columns exist, no repeats).
     pub fn check(&self, table: &TableSpec) -> Result<(), ShoalError> {
         check_name("index", &self.name)?;
@@ -145,6 +163,20 @@ impl IndexSpec {
             }
             if self.columns[..i].contains(c) {
                 return Err(invalid(format!("index {} names a column twice", self.name)));
+            }
+        }
+        if !self.prefix_lens.is_empty() {
+            if self.prefix_lens.len() != self.columns.len() {
+                return Err(invalid(format!("index {}: one prefix length per column", self.name)));
+            }
+            for (&c, &len) in self.columns.iter().zip(&self.prefix_lens) {
+                let col = &table.columns[c as usize];
+                if len > 0 && (!col.ty.is_var() || len > col.max_len.max(1)) {
+                    return Err(invalid(format!(
+                        "index {}: bad prefix length {len} of column {}",
+                        self.name, col.name
+                    )));
+                }
             }
         }
         Ok(())
@@ -264,6 +296,12 @@ impl Table {
     /// Picks the primary key values out of a full row.
     pub fn key_of(&self, row: &[Value]) -> Vec<Value> {
         self.spec.primary_key.iter().map(|&i| row[i as usize].clone()).collect()
+    }
+
+    /// The values `index` holds for a row: each column's value, cut to its prefix length.
+    pub fn index_key(&self, index: &IndexSpec, row: &[Value]) -> Vec<Value> {
+        let value = |c: u32| row.get(c as usize).cloned().unwrap_or(Value::Null);
+        index.columns.iter().enumerate().map(|(i, &c)| index.cut(i, value(c))).collect()
     }
 
     pub fn unique_indexes(&self) -> impl Iterator<Item = &IndexSpec> {

@@ -19,7 +19,7 @@ use sqlparser::ast::{self, AlterTableOperation, TableConstraint};
 use tokio_stream::StreamExt;
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::session::{column_from_def, default_index_name, index_columns, index_of_constraint, InlineKey, Session};
+use crate::session::{column_from_def, default_index_name, index_of_constraint, index_parts, InlineKey, Session};
 use crate::sql::bind::TableRef;
 
 /// Names of the copies ALTER TABLE makes start with this (hidden from SHOW TABLES).
@@ -46,7 +46,8 @@ struct NewColumn {
 /// An index by column names while the layout changes.
 struct NamedIndex {
     name: String,
-    columns: Vec<String>,
+    /// Each column with its prefix length (0: the whole value).
+    columns: Vec<(String, u32)>,
     unique: bool,
 }
 
@@ -115,7 +116,11 @@ impl Session {
             .indexes
             .iter()
             .filter(|i| i.name != "PRIMARY")
-            .map(|i| NamedIndex { name: i.name.clone(), columns: names(&i.columns), unique: i.unique })
+            .map(|i| {
+                let prefix = |k: usize| i.prefix_lens.get(k).copied().unwrap_or(0);
+                let columns = names(&i.columns).into_iter().enumerate().map(|(k, n)| (n, prefix(k))).collect();
+                NamedIndex { name: i.name.clone(), columns, unique: i.unique }
+            })
             .collect();
         let env = self.env();
         for op in ops {
@@ -137,7 +142,7 @@ impl Session {
                     if inline_key == InlineKey::Unique {
                         let name =
                             default_index_name(std::slice::from_ref(&col), 0, indexes.iter().map(|i| i.name.as_str()));
-                        indexes.push(NamedIndex { name, columns: vec![col.name.clone()], unique: true });
+                        indexes.push(NamedIndex { name, columns: vec![(col.name.clone(), 0)], unique: true });
                     }
                     if col.auto_increment {
                         return Err(SqlError::not_supported("adding an AUTO_INCREMENT column"));
@@ -183,7 +188,7 @@ impl Session {
                         cols.remove(i);
                         // MySQL drops the column from its indexes, and an index left empty.
                         for ix in &mut indexes {
-                            ix.columns.retain(|c| !c.eq_ignore_ascii_case(&n.value));
+                            ix.columns.retain(|(c, _)| !c.eq_ignore_ascii_case(&n.value));
                         }
                         indexes.retain(|ix| !ix.columns.is_empty());
                     }
@@ -194,7 +199,7 @@ impl Session {
                 } => {
                     let Some((name, parts, unique)) = index_of_constraint(c) else { continue };
                     let columns: Vec<Column> = cols.iter().map(|c| c.col.clone()).collect();
-                    let positions = index_columns(&columns, parts)?;
+                    let (positions, prefixes) = index_parts(&columns, parts)?;
                     let name = name.unwrap_or_else(|| {
                         default_index_name(&columns, positions[0], indexes.iter().map(|i| i.name.as_str()))
                     });
@@ -203,7 +208,12 @@ impl Session {
                     {
                         return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")));
                     }
-                    let columns = positions.iter().map(|&p| columns[p as usize].name.clone()).collect();
+                    let prefix = |k: usize| prefixes.get(k).copied().unwrap_or(0);
+                    let columns = positions
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &p)| (columns[p as usize].name.clone(), prefix(k)))
+                        .collect();
                     indexes.push(NamedIndex { name, columns, unique });
                 }
                 AlterTableOperation::DropIndex { name } => {
@@ -228,11 +238,21 @@ impl Session {
         let partition_key: Vec<u32> = partition_key.iter().filter_map(position).collect();
         let mut specs = vec![];
         if !pk.is_empty() {
-            specs.push(IndexSpec { id: 0, name: "PRIMARY".into(), columns: pk.clone(), unique: false });
+            specs.push(IndexSpec {
+                id: 0,
+                name: "PRIMARY".into(),
+                columns: pk.clone(),
+                unique: false,
+                prefix_lens: vec![],
+            });
         }
         for ix in &indexes {
-            let columns = ix.columns.iter().filter_map(position).collect();
-            specs.push(IndexSpec { id: 0, name: ix.name.clone(), columns, unique: ix.unique });
+            let columns = ix.columns.iter().filter_map(|(n, _)| position(n)).collect();
+            let mut prefix_lens: Vec<u32> = ix.columns.iter().map(|&(_, p)| p).collect();
+            if prefix_lens.iter().all(|&p| p == 0) {
+                prefix_lens.clear();
+            }
+            specs.push(IndexSpec { id: 0, name: ix.name.clone(), columns, unique: ix.unique, prefix_lens });
         }
         let (db, name) = table.spec.name.split_once('.').unwrap_or(("", table.spec.name.as_str()));
         let copy_name = format!("{db}.{COPY_PREFIX}{name}");

@@ -35,6 +35,7 @@ pub mod code {
     pub const DUP_KEYNAME: u16 = 1061;
     pub const WRONG_NAME_FOR_INDEX: u16 = 1280;
     pub const KEY_COLUMN_DOES_NOT_EXIST: u16 = 1072;
+    pub const WRONG_SUB_KEY: u16 = 1089;
     pub const TOO_MANY_KEYS: u16 = 1069;
     pub const CANT_DROP_FIELD_OR_KEY: u16 = 1091;
     pub const CANT_REMOVE_ALL_FIELDS: u16 = 1090;

@@ -807,7 +807,13 @@ impl Session {
                 InlineKey::Unique => {
                     let taken = secondary.iter().map(|s| s.name.as_str());
                     let name = default_index_name(std::slice::from_ref(&col), 0, taken);
-                    secondary.push(IndexSpec { id: 0, name, columns: vec![columns.len() as u32], unique: true });
+                    secondary.push(IndexSpec {
+                        id: 0,
+                        name,
+                        columns: vec![columns.len() as u32],
+                        unique: true,
+                        prefix_lens: vec![],
+                    });
                 }
                 InlineKey::None => {}
             }
@@ -826,14 +832,14 @@ impl Session {
                 // hidden table each (`unique.rs`).
                 TableConstraint::Index(_) | TableConstraint::Unique(_) => {
                     let Some((name, parts, unique)) = index_of_constraint(c) else { continue };
-                    let cols = index_columns(&columns, parts)?;
+                    let (cols, prefix_lens) = index_parts(&columns, parts)?;
                     let name = name.unwrap_or_else(|| {
                         default_index_name(&columns, cols[0], secondary.iter().map(|s| s.name.as_str()))
                     });
                     if secondary.iter().any(|s: &IndexSpec| s.name.eq_ignore_ascii_case(&name)) {
                         return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")));
                     }
-                    secondary.push(IndexSpec { id: 0, name, columns: cols, unique });
+                    secondary.push(IndexSpec { id: 0, name, columns: cols, unique, prefix_lens });
                 }
                 TableConstraint::ForeignKey(_) => return Err(SqlError::not_supported("FOREIGN KEY constraints")),
                 other => return Err(SqlError::not_supported(format!("table constraint {other}"))),
@@ -872,7 +878,13 @@ impl Session {
         // The primary key is an ordered index too (as in NDB): range scans and ORDER BY on it.
         let mut indexes = vec![];
         if !pk.is_empty() {
-            indexes.push(IndexSpec { id: 0, name: "PRIMARY".into(), columns: pk.clone(), unique: false });
+            indexes.push(IndexSpec {
+                id: 0,
+                name: "PRIMARY".into(),
+                columns: pk.clone(),
+                unique: false,
+                prefix_lens: vec![],
+            });
         }
         indexes.extend(secondary);
         let spec = TableSpec { name: format!("{db}.{name}"), columns, primary_key: pk, partition_key };
@@ -894,13 +906,13 @@ impl Session {
         columns: &[ast::IndexColumn],
         if_not_exists: bool,
     ) -> SqlResult<()> {
-        let cols = index_columns(&t.table.spec.columns, columns)?;
+        let (cols, prefix_lens) = index_parts(&t.table.spec.columns, columns)?;
         let taken = t.table.indexes.iter().map(|i| i.name.as_str());
         let name = name.unwrap_or_else(|| default_index_name(&t.table.spec.columns, cols[0], taken));
         if name.eq_ignore_ascii_case("PRIMARY") {
             return Err(SqlError::new(code::WRONG_NAME_FOR_INDEX, "Incorrect index name 'PRIMARY'"));
         }
-        let index = IndexSpec { id: 0, name: name.clone(), columns: cols, unique: false };
+        let index = IndexSpec { id: 0, name: name.clone(), columns: cols, unique: false, prefix_lens };
         match self.client().create_index(&t.table.spec.name, index, if_not_exists).await {
             Ok(_) => Ok(()),
             Err(e) if e.code == ErrorCode::TableExists => {
@@ -1109,7 +1121,15 @@ pub fn show_create(t: &TableRef) -> String {
         lines.push(format!("  PRIMARY KEY ({})", cols.join(",")));
     }
     for ix in t.table.indexes.iter().filter(|i| i.name != "PRIMARY") {
-        let cols: Vec<String> = ix.columns.iter().map(|&c| format!("`{}`", t.col_name(c as usize))).collect();
+        let cols: Vec<String> = ix
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| match ix.prefix_lens.get(i).copied().unwrap_or(0) {
+                0 => format!("`{}`", t.col_name(c as usize)),
+                n => format!("`{}`({n})", t.col_name(c as usize)),
+            })
+            .collect();
         let kind = if ix.unique { "UNIQUE KEY" } else { "KEY" };
         lines.push(format!("  {kind} `{}` ({})", ix.name, cols.join(",")));
     }
@@ -1145,12 +1165,27 @@ pub(crate) fn index_of_constraint(c: &TableConstraint) -> Option<(Option<String>
     }
 }
 
+/// The columns of a primary key (no prefixes).
 pub(crate) fn index_columns(columns: &[Column], parts: &[ast::IndexColumn]) -> SqlResult<Vec<u32>> {
+    let (cols, prefixes) = index_parts(columns, parts)?;
+    if !prefixes.is_empty() {
+        return Err(SqlError::not_supported("a prefix of a primary key column"));
+    }
+    Ok(cols)
+}
+
+/// The columns of an index and their prefix lengths (`title(32)`; 0 = whole value; empty when
+/// no column has one).
+pub(crate) fn index_parts(columns: &[Column], parts: &[ast::IndexColumn]) -> SqlResult<(Vec<u32>, Vec<u32>)> {
     let mut out = vec![];
+    let mut prefixes = vec![];
     for ic in parts {
-        let n = match &ic.column.expr {
-            ast::Expr::Identifier(i) => i.value.clone(),
-            other => return Err(SqlError::not_supported(format!("index key part {other}"))),
+        let (n, prefix) = match &ic.column.expr {
+            ast::Expr::Identifier(i) => (i.value.clone(), 0),
+            e => match key_prefix(e) {
+                Some(np) => np,
+                None => return Err(SqlError::not_supported(format!("index key part {e}"))),
+            },
         };
         let i = columns.iter().position(|c| c.name.eq_ignore_ascii_case(&n)).ok_or_else(|| {
             SqlError::new(code::KEY_COLUMN_DOES_NOT_EXIST, format!("Key column '{n}' doesn't exist in table"))
@@ -1158,12 +1193,36 @@ pub(crate) fn index_columns(columns: &[Column], parts: &[ast::IndexColumn]) -> S
         if out.contains(&(i as u32)) {
             return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{n}'")));
         }
+        let col = &columns[i];
+        if prefix > 0 && (!col.ty.is_var() || prefix > col.max_len) {
+            return Err(SqlError::new(
+                code::WRONG_SUB_KEY,
+                "Incorrect prefix key; the used key part isn't a string, the used length is longer than the key part, or the storage engine doesn't support unique prefix keys",
+            ));
+        }
         out.push(i as u32);
+        prefixes.push(prefix);
     }
     if out.is_empty() {
         return Err(SqlError::parse("an index needs at least one column"));
     }
-    Ok(out)
+    if prefixes.iter().all(|&p| p == 0) {
+        prefixes.clear();
+    }
+    Ok((out, prefixes))
+}
+
+/// `name(length)` in an index column list: a prefix of the column.
+fn key_prefix(e: &ast::Expr) -> Option<(String, u32)> {
+    let ast::Expr::Function(f) = e else { return None };
+    let [name] = f.name.0.as_slice() else { return None };
+    let ast::FunctionArguments::List(list) = &f.args else { return None };
+    let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(ast::Expr::Value(v)))] = list.args.as_slice() else {
+        return None;
+    };
+    let ast::Value::Number(n, _) = &v.value else { return None };
+    let len = n.parse::<u32>().ok().filter(|&l| l > 0)?;
+    Some((name.as_ident()?.value.clone(), len))
 }
 
 /// MySQL's name for an unnamed index: its first column's, with `_2`, `_3`… when taken.

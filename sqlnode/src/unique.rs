@@ -47,7 +47,7 @@ pub(crate) fn has_unique(table: &Table) -> bool {
 pub(crate) fn entries(table: &Table, row: &[Value]) -> Vec<Entry> {
     let mut out = vec![];
     for (index, ix) in table.indexes.iter().enumerate().filter(|(_, i)| i.unique) {
-        let key: Vec<Value> = ix.columns.iter().map(|&c| row[c as usize].clone()).collect();
+        let key = table.index_key(ix, row);
         if key.iter().any(|v| matches!(v, Value::Null)) {
             continue;
         }
@@ -362,9 +362,9 @@ mod tests {
             schema_version: 1,
             hidden_pk: false,
             indexes: vec![
-                IndexSpec { id: 1, name: "PRIMARY".into(), columns: vec![0], unique: false },
-                IndexSpec { id: 2, name: "ua".into(), columns: vec![1], unique: true },
-                IndexSpec { id: 3, name: "uab".into(), columns: vec![1, 2], unique: true },
+                IndexSpec { id: 1, name: "PRIMARY".into(), columns: vec![0], unique: false, prefix_lens: vec![] },
+                IndexSpec { id: 2, name: "ua".into(), columns: vec![1], unique: true, prefix_lens: vec![] },
+                IndexSpec { id: 3, name: "uab".into(), columns: vec![1, 2], unique: true, prefix_lens: vec![] },
             ],
             read_only: false,
         }
@@ -382,6 +382,16 @@ mod tests {
         let full = entries(&t, &[Value::Int(2), Value::Int(5), Value::Text("x".into())]);
         assert_eq!(full[1].row, vec![Value::Int(5), Value::Text("x".into()), Value::Int(2)]);
         assert!(full[0].key() == e[0].key() && full[0] != e[0], "same value, other row");
+    }
+
+    #[test]
+    fn prefix_indexes_hold_prefixes() {
+        let mut t = table();
+        t.indexes[2].prefix_lens = vec![0, 2];
+        let e = entries(&t, &[Value::Int(2), Value::Int(5), Value::Text("héllo".into())]);
+        assert_eq!(e[1].key(), vec![Value::Int(5), Value::Text("hé".into())], "characters, not bytes");
+        let short = entries(&t, &[Value::Int(2), Value::Int(5), Value::Text("h".into())]);
+        assert_eq!(short[1].key(), vec![Value::Int(5), Value::Text("h".into())]);
     }
 
     #[test]

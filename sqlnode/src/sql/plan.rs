@@ -193,16 +193,19 @@ pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
     // Equality on every column of a unique index. FLOAT columns are left to range scans:
     // their stored values need not equal a constant's exact conversion.
     for ix in t.table.unique_indexes() {
+        // A prefix index's entry holds the value's prefix: the one row with that prefix is
+        // read, and the WHERE clause, evaluated again on it, decides.
         let key: Option<Vec<Value>> = ix
             .columns
             .iter()
-            .map(|&c| {
+            .enumerate()
+            .map(|(i, &c)| {
                 let c = c as usize;
                 if t.table.columns()[c].ty == shoal_proto::ColumnType::Float {
                     return None;
                 }
                 conj.iter().find_map(|e| match column_vs_const(e) {
-                    Some((col, Cmp::Eq, v)) if col == c => t.types[c].exact_storage(v),
+                    Some((col, Cmp::Eq, v)) if col == c => t.types[c].exact_storage(v).map(|v| ix.cut(i, v)),
                     _ => None,
                 })
             })
@@ -490,6 +493,7 @@ mod tests {
             name: name.into(),
             columns,
             unique,
+            prefix_lens: vec![],
         };
         t.table.indexes = vec![ix("bc", vec![1, 2], true), ix("c_only", vec![2], false)];
         let b = Expr::Cmp(Cmp::Eq, col(1), lit(Val::Str("x".into())));
