@@ -641,3 +641,38 @@ async fn unique_indexes_hold_across_sql_nodes() {
     other.disconnect().await.unwrap();
     c.disconnect().await.unwrap();
 }
+
+/// Prepared point selects skip the planner (`sqlnode/src/point.rs`); their answers must not
+/// change for it, also when the table, the database or the parameter's type changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_point_selects_follow_schema_changes() {
+    let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
+    let mut c = Conn::new(root_opts(&cluster)).await.expect("connect");
+    for db in ["ps", "ps2"] {
+        c.query_drop(format!("CREATE DATABASE {db}")).await.unwrap();
+        c.query_drop(format!("CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(10), d DECIMAL(5,2))")).await.unwrap();
+    }
+    c.query_drop("INSERT INTO ps.t VALUES (1, 'a', 1.5), (2, NULL, NULL)").await.unwrap();
+    c.query_drop("INSERT INTO ps2.t VALUES (1, 'other', 9)").await.unwrap();
+    c.query_drop("USE ps").await.unwrap();
+    let q = "SELECT v, d FROM t WHERE id = ?";
+    type Row = (Option<String>, Option<String>);
+    let one = |v: &str, d: &str| Some((Some(v.to_string()), Some(d.to_string())));
+    assert_eq!(c.exec_first::<Row, _, _>(q, (1,)).await.unwrap(), one("a", "1.50"));
+    assert_eq!(c.exec_first::<Row, _, _>(q, (2,)).await.unwrap(), Some((None, None)));
+    assert_eq!(c.exec_first::<Row, _, _>(q, ("1",)).await.unwrap(), one("a", "1.50"), "a string parameter");
+    assert_eq!(c.exec_first::<Row, _, _>(q, (1.5,)).await.unwrap(), None);
+    assert_eq!(c.exec_first::<Row, _, _>(q, (999,)).await.unwrap(), None);
+    assert_eq!(c.exec_first::<Row, _, _>(q, (mysql_async::Value::NULL,)).await.unwrap(), None);
+    // Writes show; ALTER TABLE swaps in a new table (new id, new layout).
+    c.query_drop("UPDATE t SET v = 'b' WHERE id = 1").await.unwrap();
+    assert_eq!(c.exec_first::<Row, _, _>(q, (1,)).await.unwrap(), one("b", "1.50"));
+    c.query_drop("ALTER TABLE t ADD COLUMN z INT FIRST").await.unwrap();
+    assert_eq!(c.exec_first::<Row, _, _>(q, (1,)).await.unwrap(), one("b", "1.50"));
+    // Another current database: the unqualified name means another table.
+    c.query_drop("USE ps2").await.unwrap();
+    assert_eq!(c.exec_first::<Row, _, _>(q, (1,)).await.unwrap(), one("other", "9.00"));
+    c.query_drop("DROP TABLE ps2.t").await.unwrap();
+    assert_eq!(code_of(c.exec_first::<Row, _, _>(q, (1,)).await), 1146);
+    c.disconnect().await.unwrap();
+}

@@ -130,6 +130,17 @@ impl Transaction {
         Ok(out)
     }
 
+    /// Whether every operation is a read without a lock on a partition where the transaction
+    /// holds no work (so it cannot see a pending write of its own there).
+    fn plain_reads_only(&self, ops: &[(KeyOp, LockMode)]) -> bool {
+        let map = self.client.map();
+        ops.iter().all(|(op, lock)| {
+            *lock == LockMode::None
+                && matches!(op, KeyOp::Read { .. })
+                && self.client.prepare(&map, op).is_ok_and(|p| !self.parts.contains_key(&(p.op.table_id, p.partition)))
+        })
+    }
+
     async fn one(&mut self, op: KeyOp, lock: LockMode) -> Result<Option<Row>> {
         self.execute(vec![(op, lock)]).await.pop().unwrap_or_else(|| Err(ShoalError::internal("no outcome")))
     }
@@ -138,6 +149,12 @@ impl Transaction {
     pub async fn execute(&mut self, ops: Vec<(KeyOp, LockMode)>) -> Vec<OpOutcome> {
         if self.finished {
             return ops.iter().map(|_| Err(aborted("the transaction is finished"))).collect();
+        }
+        if self.plain_reads_only(&ops) {
+            // Lock-free reads of rows this transaction has not touched read the committed
+            // image, as autocommit reads do: they go the batched autocommit way, and their
+            // partitions do not become participants of the commit.
+            return self.client.batch(ops.into_iter().map(|(op, _)| op).collect()).await;
         }
         let deadline = Instant::now() + self.client.inner.opts.deadline;
         let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];

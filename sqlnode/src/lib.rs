@@ -7,6 +7,7 @@ pub mod auth;
 pub mod error;
 pub mod exec;
 pub mod infoschema;
+mod point;
 pub mod server;
 pub mod session;
 pub mod sql;

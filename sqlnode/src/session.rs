@@ -107,6 +107,8 @@ impl Outcome {
 pub struct Prepared {
     pub sql: String,
     pub placeholders: Vec<usize>,
+    /// Set when the statement is a point select (`point.rs`): executions skip the planner.
+    pub point: Option<Arc<crate::point::PointSelect>>,
 }
 
 pub struct Session {
@@ -740,10 +742,14 @@ impl Session {
             },
             false => vec![],
         };
+        let point = match is_select && placeholders.len() == 1 {
+            true => self.point_select(&probe, &columns).await.map(Arc::new),
+            false => None,
+        };
         let id = self.next_statement;
         self.next_statement = self.next_statement.wrapping_add(1).max(1);
         let n = placeholders.len();
-        self.prepared.insert(id, Prepared { sql: sql.to_string(), placeholders });
+        self.prepared.insert(id, Prepared { sql: sql.to_string(), placeholders, point });
         Ok((id, n, columns))
     }
 
@@ -756,6 +762,12 @@ impl Session {
         })?;
         if params.len() != p.placeholders.len() {
             return Err(SqlError::new(code::WRONG_ARGUMENTS, "Incorrect arguments to mysqld_stmt_execute"));
+        }
+        if let (Some(point), [param]) = (&p.point, params) {
+            self.command = command_of(&p.sql);
+            if let Some(out) = self.run_point_select(point, param).await {
+                return out;
+            }
         }
         let sql = parse::substitute(&p.sql, &p.placeholders, params);
         self.query(&sql).await
