@@ -210,17 +210,20 @@ fn flip_byte(path: &std::path::Path, at_fraction: f64) {
     std::fs::write(path, b).unwrap();
 }
 
-fn newest_checkpoint_file(node_dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    let lcp = node_dir.join("lcp");
-    let mut ids: Vec<_> = std::fs::read_dir(&lcp).ok()?.flatten().map(|e| e.path()).collect();
+/// The largest file of each finished local checkpoint of a node, newest checkpoint first.
+fn checkpoint_files(node_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(dirs) = std::fs::read_dir(node_dir.join("lcp")) else { return vec![] };
+    let mut ids: Vec<_> = dirs.flatten().map(|e| e.path()).filter(|d| d.join("meta").exists()).collect();
     ids.sort();
-    let newest = ids.into_iter().rev().find(|d| d.join("meta").exists())?;
-    let mut files: Vec<_> = std::fs::read_dir(newest).ok()?.flatten().map(|e| e.path()).collect();
-    files.sort();
-    files
-        .into_iter()
-        .filter(|f| f.extension().is_some_and(|e| e == "lcp"))
-        .max_by_key(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+    ids.into_iter()
+        .rev()
+        .filter_map(|d| {
+            let files = std::fs::read_dir(d).ok()?.flatten().map(|e| e.path());
+            files
+                .filter(|f| f.extension().is_some_and(|e| e == "lcp"))
+                .max_by_key(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +238,7 @@ async fn damaged_checkpoint_and_redo_are_refused_never_half_loaded() {
     let newest = history.acked.values().map(|(_, g)| *g).max().unwrap();
     cluster.wait_status("the load is durable", Duration::from_secs(30), |s| s["gci_complete"].as_u64() >= Some(newest));
     let node11 = cluster.dir.join("datanode-11");
-    assert!(newest_checkpoint_file(&node11).is_some(), "no local checkpoint was written");
+    assert!(!checkpoint_files(&node11).is_empty(), "no local checkpoint was written");
     // Disk use stays bounded: old checkpoints and the redo they cover are deleted (about 30 MB
     // were written through a 1 MB checkpoint trigger; on a loaded machine the clean-up after
     // the newest checkpoint may still be pending, hence the slack).
@@ -247,10 +250,13 @@ async fn damaged_checkpoint_and_redo_are_refused_never_half_loaded() {
     drop(client);
     let dir = cluster.dir.clone();
     cluster.crash_all_and_restart_with(|| {
-        // Node 11: damage its newest checkpoint (it must fall back or copy from node 12).
-        let f = newest_checkpoint_file(&node11).unwrap();
-        eprintln!("damaging {}", f.display());
-        flip_byte(&f, 0.5);
+        // Node 11: damage every checkpoint it has (which one it restores depends on what mgmd
+        // last recorded as restorable, so the newest alone may go unread): it must refuse
+        // each, naming the file, and copy from node 12.
+        for f in checkpoint_files(&node11) {
+            eprintln!("damaging {}", f.display());
+            flip_byte(&f, 0.5);
+        }
         // Node 12: garbage appended to its newest redo segment (a torn tail).
         let part = dir.join("datanode-12/redo/part0");
         let mut segs: Vec<_> = std::fs::read_dir(&part).unwrap().flatten().map(|e| e.path()).collect();
