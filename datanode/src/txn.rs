@@ -101,8 +101,15 @@ struct TxnState {
 /// What a TC (or its peer) recorded about a transaction.
 #[derive(Clone, Debug)]
 enum Decision {
-    Commit { gci: u64 },
-    Aborted { at: Instant },
+    /// At the TC, while it records its commit decision at its group's peers: not told to
+    /// anyone yet (an OUTCOME question gets "ask again"), so a peer's veto can still abort.
+    Deciding,
+    Commit {
+        gci: u64,
+    },
+    Aborted {
+        at: Instant,
+    },
 }
 
 /// Images a backup keeps for a prepared transaction whose primary is another node.
@@ -644,7 +651,7 @@ pub async fn commit_as_tc(
         // A participant that waited too long asked, and was told "aborted".
         let given_up = matches!(d.get(&txn), Some(Decision::Aborted { .. }));
         if !given_up {
-            d.insert(txn, Decision::Commit { gci });
+            d.insert(txn, Decision::Deciding);
         }
         given_up
     };
@@ -652,12 +659,25 @@ pub async fn commit_as_tc(
         abort_everywhere(node, txn, &by_node).await;
         return Err(aborted("a participant gave up waiting for the commit decision"));
     }
-    if let Err(e) = record_at_peers(node, txn, gci, &parts).await {
-        node.txns.decisions.lock().insert(txn, Decision::Aborted { at: Instant::now() });
-        forget_at_peers(node, txn);
-        abort_everywhere(node, txn, &by_node).await;
-        return Err(aborted(format!("could not record the commit decision: {e}")));
+    // The decision is commit once any peer holds the record: a participant that asks around
+    // commits on that peer's word, so from then on aborting would split the transaction.
+    // Only when no peer took it (each refused or could not be reached) may the TC still
+    // abort: it told nobody (OUTCOME at the TC says "ask again" while deciding).
+    let (recorded, failure) = record_at_peers(node, txn, gci, &parts).await;
+    if let Some(e) = failure {
+        if recorded == 0 {
+            node.txns.decisions.lock().insert(txn, Decision::Aborted { at: Instant::now() });
+            forget_at_peers(node, txn);
+            abort_everywhere(node, txn, &by_node).await;
+            return Err(aborted(format!("could not record the commit decision: {e}")));
+        }
+        tracing::warn!(
+            txn = format!("{txn:x}"),
+            recorded,
+            "a group peer did not take the commit record ({e}); committing on the others' records"
+        );
     }
+    node.txns.decisions.lock().insert(txn, Decision::Commit { gci });
     // 3. COMMIT everywhere, following primaries that move.
     let (left, last_err) = carry_out(node, txn, gci, parts, DECISION_RETRY_FOR).await;
     drop(stamp);
@@ -758,32 +778,44 @@ fn group_peers(node: &Node) -> Vec<NodeId> {
         .collect()
 }
 
+/// Records the commit decision at every live peer of the TC's node group. Returns how many
+/// took it, and the first failure (a peer that refused: it told a participant "no commit"
+/// already; or one that stayed unreachable while still in the group).
 async fn record_at_peers(
     node: &Arc<Node>,
     txn: u64,
     gci: u64,
     parts: &[(TableId, PartitionId)],
-) -> Result<(), ShoalError> {
+) -> (usize, Option<ShoalError>) {
     let started = Instant::now();
+    let mut recorded = 0;
+    let mut failure = None;
     for peer in group_peers(node) {
         loop {
             match control(node, peer, pb::TxnPhase::Record, txn, gci, parts, false).await {
-                Ok(_) => break,
-                Err(e) if e.code == ErrorCode::TxnAborted => return Err(e),
+                Ok(_) => {
+                    recorded += 1;
+                    break;
+                }
+                Err(e) if e.code == ErrorCode::TxnAborted => {
+                    failure.get_or_insert(e);
+                    break;
+                }
                 Err(e) => {
                     // A peer that left the group does not need the record.
                     if !group_peers(node).contains(&peer) {
                         break;
                     }
                     if started.elapsed() > Duration::from_secs(3) {
-                        return Err(e);
+                        failure.get_or_insert(e);
+                        break;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
         }
     }
-    Ok(())
+    (recorded, failure)
 }
 
 fn forget_at_peers(node: &Arc<Node>, txn: u64) {
@@ -855,6 +887,10 @@ pub async fn handle_control(
             let mut d = node.txns.decisions.lock();
             match d.get(&txn) {
                 Some(Decision::Commit { gci }) => Ok(Some(*gci)),
+                // Recording at the peers: neither answer is true yet.
+                Some(Decision::Deciding) => {
+                    Err(ShoalError::new(ErrorCode::NodeNotReady, "the coordinator is still deciding; ask again"))
+                }
                 _ => {
                     d.insert(txn, Decision::Aborted { at: Instant::now() });
                     Ok(None)
