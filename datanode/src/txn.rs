@@ -419,6 +419,11 @@ pub async fn commit(
             continue;
         }
         let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
+        // Rare, and what a failure analysis needs: the fate of a taken-over transaction.
+        if pt.writes.values().any(|p| p.base.is_some()) {
+            let moved = pa.primary != Some(node.id) || pa.primary_term != pt.term;
+            tracing::info!(txn = format!("{txn:x}"), partition, moved, "committing a taken-over transaction");
+        }
         if one_phase && map.table_by_id(table).is_none_or(|t| t.read_only) {
             return Err(aborted("the table is being altered (or was dropped) since the transaction wrote to it"));
         }
@@ -488,6 +493,11 @@ pub async fn commit(
 pub async fn abort(node: &Arc<Node>, txn: u64) {
     let Some(state) = node.txns.state(txn) else { return };
     let mut st = state.lock().await;
+    for (&(_, partition), pt) in &st.parts {
+        if pt.writes.values().any(|p| p.base.is_some()) {
+            tracing::info!(txn = format!("{txn:x}"), partition, "aborting a taken-over transaction");
+        }
+    }
     if st.prepared {
         let map = node.map();
         let tc = st.tc;
