@@ -133,11 +133,18 @@ impl Transaction {
     /// Whether every operation is a read without a lock on a partition where the transaction
     /// holds no work (so it cannot see a pending write of its own there).
     fn plain_reads_only(&self, ops: &[(KeyOp, LockMode)]) -> bool {
+        let plain = |(op, lock): &(KeyOp, LockMode)| *lock == LockMode::None && matches!(op, KeyOp::Read { .. });
+        if !ops.iter().all(plain) {
+            return false;
+        }
+        // A transaction with no work anywhere yet (its reads before its writes) needs no
+        // routing: only otherwise is each key's partition worked out (once more in `batch`).
+        if self.parts.is_empty() {
+            return true;
+        }
         let map = self.client.map();
-        ops.iter().all(|(op, lock)| {
-            *lock == LockMode::None
-                && matches!(op, KeyOp::Read { .. })
-                && self.client.prepare(&map, op).is_ok_and(|p| !self.parts.contains_key(&(p.op.table_id, p.partition)))
+        ops.iter().all(|(op, _)| {
+            self.client.prepare(&map, op).is_ok_and(|p| !self.parts.contains_key(&(p.op.table_id, p.partition)))
         })
     }
 

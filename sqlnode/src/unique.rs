@@ -40,7 +40,7 @@ impl Entry {
 }
 
 pub(crate) fn has_unique(table: &Table) -> bool {
-    table.indexes.iter().any(|i| i.unique)
+    table.unique_indexes().next().is_some()
 }
 
 /// The entries a full stored row puts into `table`'s unique indexes.
@@ -89,8 +89,6 @@ fn short_name(table: &Table) -> &str {
 /// What one write does to the unique indexes.
 #[derive(Default)]
 struct Plan {
-    /// The row's table has unique indexes.
-    unique: bool,
     removes: Vec<Entry>,
     adds: Vec<Entry>,
     /// How many of `adds` went in (they are undone if the write fails).
@@ -207,7 +205,6 @@ async fn run(client: &Client, tx: &mut Transaction, mut ops: Vec<KeyOp>, read_lo
         let removes: Vec<Entry> = before.iter().filter(|e| !after.contains(e)).cloned().collect();
         let adds: Vec<Entry> = after.iter().filter(|e| !before.contains(e)).cloned().collect();
         plans.push(Plan {
-            unique: true,
             added: vec![false; adds.len()],
             removed: vec![false; removes.len()],
             removes,
@@ -274,7 +271,8 @@ async fn run(client: &Client, tx: &mut Transaction, mut ops: Vec<KeyOp>, read_lo
     }
     // 6. Failed writes take their entry changes back.
     let mut undo = vec![];
-    for (p, _) in plans.iter().zip(&out).filter(|(p, o)| p.unique && matches!(o, Some(Err(_)))) {
+    // (Writes to tables without unique indexes have empty plans: nothing to undo.)
+    for (p, _) in plans.iter().zip(&out).filter(|(_, o)| matches!(o, Some(Err(_)))) {
         for (e, _) in p.adds.iter().zip(&p.added).filter(|(_, &a)| a) {
             undo.push((KeyOp::Delete { table: e.table.clone(), key: e.key() }, LockMode::None));
         }
