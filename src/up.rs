@@ -40,10 +40,19 @@ pub struct UpArgs {
     pub lcp_redo_mb: u64,
 }
 
+/// Prints a line to stdout, ignoring a closed stdout: `shoal up` whose reader went away
+/// (a killed terminal or test harness) must still stop every node rather than panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub fn run(a: UpArgs) -> Result<()> {
     let cluster = if LocalCluster::config_path(&a.dir).exists() {
         let c = LocalCluster::open(&a.dir)?;
-        println!("using the existing cluster in {}", a.dir.display());
+        say!("using the existing cluster in {}", a.dir.display());
         c
     } else {
         let layout = Layout {
@@ -56,14 +65,14 @@ pub fn run(a: UpArgs) -> Result<()> {
             lcp_redo_mb: a.lcp_redo_mb,
         };
         let c = LocalCluster::create(&a.dir, &layout)?;
-        println!("created a new cluster in {}", a.dir.display());
+        say!("created a new cluster in {}", a.dir.display());
         c
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let result = rt.block_on(supervise(&cluster));
-    println!("stopping every node");
+    say!("stopping every node");
     cluster.stop_all(Duration::from_secs(10));
-    println!("stopped");
+    say!("stopped");
     result
 }
 
@@ -72,7 +81,7 @@ async fn supervise(cluster: &LocalCluster) -> Result<()> {
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     for id in cluster.node_ids() {
         match cluster.pid(id) {
-            Some(pid) => println!("node {id} is already running (pid {pid}); using it"),
+            Some(pid) => say!("node {id} is already running (pid {pid}); using it"),
             None => {
                 cluster.start(id)?;
             }
@@ -86,7 +95,7 @@ async fn supervise(cluster: &LocalCluster) -> Result<()> {
         _ = int.recv() => return Ok(()),
     }
     let mgmds: Vec<&str> = cluster.config.mgmd.iter().map(|m| m.addr.as_str()).collect();
-    println!(
+    say!(
         "ready: {} data nodes in {} node groups, mgmd {}",
         cluster.config.datanode.len(),
         cluster.config.node_groups(),
@@ -94,12 +103,12 @@ async fn supervise(cluster: &LocalCluster) -> Result<()> {
     );
     for s in &cluster.config.sqlnode {
         let (host, port) = s.mysql_addr.rsplit_once(':').unwrap_or((&s.mysql_addr, "3306"));
-        println!("sql node {}: mysql -h {host} -P {port} -u root", s.id);
+        say!("sql node {}: mysql -h {host} -P {port} -u root", s.id);
     }
     if !cluster.config.sqlnode.is_empty() {
-        println!("users: root has no password on a fresh cluster; ALTER USER root IDENTIFIED BY '...' sets one (then add -p)");
+        say!("users: root has no password on a fresh cluster; ALTER USER root IDENTIFIED BY '...' sets one (then add -p)");
     }
-    println!("status: shoal status --dir {}", cluster.dir.display());
+    say!("status: shoal status --dir {}", cluster.dir.display());
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {

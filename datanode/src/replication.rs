@@ -134,6 +134,9 @@ pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
     if req.primary_term < newest || pa.primary != Some(req.from) {
         return Err(ShoalError::stale_epoch(map.epoch, req.epoch));
     }
+    if let Some(t) = req.txn {
+        tracing::debug!(txn = format!("{:x}", t.id), partition = req.partition, step = ?t.step, from = req.from, images = req.images.len(), "txn replicate");
+    }
     match req.txn.map(|t| (t, t.step)) {
         Some((t, TxnStep::Prepare)) => {
             node.txns.keep_prepared(t.id, t.tc, req.table, req.partition, req.images);

@@ -96,7 +96,22 @@ struct TxnState {
     last_active: Instant,
     prepared: bool,
     parts: HashMap<(TableId, PartitionId), PartTxn>,
+    /// Set, under the lock, by whoever ends the transaction here (commit, abort, an execute
+    /// that left nothing), before it takes the state out of `active`. Anyone who locks the
+    /// state afterwards must not add to it: work added to an ended state would be held by
+    /// nobody (its locks never freed, its writes never committed, while a COMMIT finding no
+    /// state answers "already done").
+    ended: bool,
 }
+
+impl TxnState {
+    fn new(tc: NodeId, prepared: bool) -> TxnState {
+        TxnState { tc, last_active: Instant::now(), prepared, parts: HashMap::new(), ended: false }
+    }
+}
+
+type SharedState = Arc<tokio::sync::Mutex<TxnState>>;
+type LockedState = tokio::sync::OwnedMutexGuard<TxnState>;
 
 /// What a TC (or its peer) recorded about a transaction.
 #[derive(Clone, Debug)]
@@ -120,7 +135,7 @@ struct Kept {
 
 pub struct Txns {
     limits: TxnLimits,
-    active: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<TxnState>>>>,
+    active: Mutex<HashMap<u64, SharedState>>,
     /// Transactions this node aborted on its own (idle too long): their later operations must
     /// fail rather than start afresh without the locks they held. Kept for `ABORTED_NOTE_TTL`.
     swept: Mutex<HashMap<u64, Instant>>,
@@ -153,14 +168,42 @@ impl Txns {
         self.kept.lock().remove(&(txn, table, partition));
     }
 
-    /// Transactions open on this node (participant side).
-    pub fn open(&self) -> usize {
-        self.active.lock().len()
+    /// The open state of `txn`, locked; None when there is none (or it just ended).
+    async fn locked(&self, txn: u64) -> Option<(SharedState, LockedState)> {
+        let state = self.active.lock().get(&txn).cloned()?;
+        let st = state.clone().lock_owned().await;
+        (!st.ended).then_some((state, st))
     }
 
-    fn state(&self, txn: u64) -> Option<Arc<tokio::sync::Mutex<TxnState>>> {
-        self.active.lock().get(&txn).cloned()
+    /// The open state of `txn`, locked, made by `fresh` when there is none. A state found
+    /// ended is being taken out by its ender: it is taken out here and a fresh one made.
+    async fn open(&self, txn: u64, fresh: impl Fn() -> TxnState) -> (SharedState, LockedState) {
+        loop {
+            let state =
+                self.active.lock().entry(txn).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(fresh()))).clone();
+            let st = state.clone().lock_owned().await;
+            if !st.ended {
+                return (state, st);
+            }
+            drop(st);
+            // The next round finds no entry (or a fresh one): at most two rounds per race.
+            self.forget(txn, &state);
+        }
     }
+
+    /// Takes `state` out of `active`, unless another state replaced it there.
+    fn forget(&self, txn: u64, state: &SharedState) {
+        let mut active = self.active.lock();
+        if active.get(&txn).is_some_and(|s| Arc::ptr_eq(s, state)) {
+            active.remove(&txn);
+        }
+    }
+}
+
+/// Ends the transaction here: nobody adds to this state any more, and it leaves `active`.
+fn end(node: &Node, txn: u64, state: &SharedState, st: &mut TxnState) {
+    st.ended = true;
+    node.txns.forget(txn, state);
 }
 
 /// One operation of a transaction, with the lock a read takes.
@@ -185,21 +228,7 @@ pub async fn execute(
         let e = aborted(format!("transaction {txn:x} was idle too long and rolled back on node {}", node.id));
         return ops.iter().map(|_| (Err(e.clone()), None)).collect();
     }
-    let state = {
-        let mut active = node.txns.active.lock();
-        active
-            .entry(txn)
-            .or_insert_with(|| {
-                Arc::new(tokio::sync::Mutex::new(TxnState {
-                    tc,
-                    last_active: Instant::now(),
-                    prepared: false,
-                    parts: HashMap::new(),
-                }))
-            })
-            .clone()
-    };
-    let mut st = state.lock().await;
+    let (state, mut st) = node.txns.open(txn, || TxnState::new(tc, false)).await;
     let mut out = Vec::with_capacity(ops.len());
     // After a lock wait timeout the rest of the request is not tried: the caller must give up
     // or retry anyway, and a request that waited once per op could outlast the inactivity
@@ -224,8 +253,7 @@ pub async fn execute(
     st.last_active = Instant::now();
     // A transaction that touched nothing here leaves no state behind.
     if st.parts.is_empty() {
-        drop(st);
-        node.txns.active.lock().remove(&txn);
+        end(node, txn, &state, &mut st);
     }
     out
 }
@@ -324,9 +352,11 @@ fn release(node: &Node, txn: u64, st: &mut TxnState) {
 
 /// PREPARE at a participant: the backups of every written partition keep the images.
 pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)]) -> Result<(), ShoalError> {
-    let state =
-        node.txns.state(txn).ok_or_else(|| aborted(format!("transaction {txn:x} is not open on node {}", node.id)))?;
-    let mut st = state.lock().await;
+    let (_, mut st) = node
+        .txns
+        .locked(txn)
+        .await
+        .ok_or_else(|| aborted(format!("transaction {txn:x} is not open on node {}", node.id)))?;
     for slot in parts {
         if !st.parts.contains_key(slot) {
             return Err(aborted(format!("node {} lost the transaction's work on partition {}", node.id, slot.1)));
@@ -371,6 +401,7 @@ pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)
     }
     st.prepared = true;
     st.last_active = Instant::now();
+    tracing::debug!(txn = format!("{txn:x}"), parts = ?st.parts.keys().collect::<Vec<_>>(), "prepared");
     Ok(())
 }
 
@@ -388,13 +419,13 @@ pub async fn commit(
     // or because it already was (a retry). A promoted backup that has not taken the
     // transaction over yet, or a node that is not the partition's active primary, makes the
     // TC try again (elsewhere).
-    let state = node.txns.state(txn);
+    let state = node.txns.locked(txn).await;
     if state.is_none() && one_phase {
         return Err(aborted(format!("transaction {txn:x} is not open on node {}", node.id)));
     }
     {
         let held: Vec<(TableId, PartitionId)> = match &state {
-            Some(s) => s.lock().await.parts.keys().copied().collect(),
+            Some((_, st)) => st.parts.keys().copied().collect(),
             None => vec![],
         };
         let map = node.map();
@@ -409,10 +440,13 @@ pub async fn commit(
             }
         }
     }
-    let Some(state) = state else { return Ok(()) };
-    let mut st = state.lock().await;
+    let Some((state, mut st)) = state else {
+        tracing::debug!(txn = format!("{txn:x}"), ?parts, "commit: nothing held here (already done)");
+        return Ok(());
+    };
     let map = node.map();
     let tc = st.tc;
+    tracing::debug!(txn = format!("{txn:x}"), ?parts, held = ?st.parts.keys().collect::<Vec<_>>(), one_phase, "commit");
     let mut moved = vec![];
     for (&(table, partition), pt) in st.parts.iter_mut() {
         if pt.writes.is_empty() {
@@ -433,6 +467,7 @@ pub async fn commit(
             }
             // Deposed after PREPARE: the new primary finishes this part from the kept images.
             // Commit the parts still ours, let go of this one (its locks here guard nothing).
+            tracing::info!(txn = format!("{txn:x}"), partition, primary = ?pa.primary, "commit: the part moved away; released");
             moved.push((table, partition, pa.primary));
             continue;
         }
@@ -478,8 +513,8 @@ pub async fn commit(
         pt.writes.clear();
     }
     release(node, txn, &mut st);
+    end(node, txn, &state, &mut st);
     drop(st);
-    node.txns.active.lock().remove(&txn);
     if let Some(&(_, partition, primary)) = moved.first() {
         return Err(ShoalError::not_primary(
             primary,
@@ -491,8 +526,7 @@ pub async fn commit(
 
 /// ABORT at a participant: drop the pending images (and the backups' kept ones), free locks.
 pub async fn abort(node: &Arc<Node>, txn: u64) {
-    let Some(state) = node.txns.state(txn) else { return };
-    let mut st = state.lock().await;
+    let Some((state, mut st)) = node.txns.locked(txn).await else { return };
     for (&(_, partition), pt) in &st.parts {
         if pt.writes.values().any(|p| p.base.is_some()) {
             tracing::info!(txn = format!("{txn:x}"), partition, "aborting a taken-over transaction");
@@ -512,8 +546,7 @@ pub async fn abort(node: &Arc<Node>, txn: u64) {
         }
     }
     release(node, txn, &mut st);
-    drop(st);
-    node.txns.active.lock().remove(&txn);
+    end(node, txn, &state, &mut st);
 }
 
 /// A backup promoted to primary of `partition` takes over the prepared transactions it kept
@@ -527,21 +560,7 @@ pub async fn adopt_prepared(node: &Arc<Node>, partition: PartitionId, term: u64)
     };
     for ((txn, table, partition), k) in kept {
         let Some(part) = node.partition(table, partition) else { continue };
-        let state = node
-            .txns
-            .active
-            .lock()
-            .entry(txn)
-            .or_insert_with(|| {
-                Arc::new(tokio::sync::Mutex::new(TxnState {
-                    tc: k.tc,
-                    last_active: Instant::now(),
-                    prepared: true,
-                    parts: HashMap::new(),
-                }))
-            })
-            .clone();
-        let mut st = state.lock().await;
+        let (_, mut st) = node.txns.open(txn, || TxnState::new(k.tc, true)).await;
         st.prepared = true;
         let pt = st.parts.entry((table, partition)).or_insert_with(|| PartTxn {
             part: part.clone(),
@@ -579,13 +598,12 @@ fn prepared_images(pt: &PartTxn) -> Vec<Image> {
 /// replica being filled by a copy: it joined after they were prepared, and must be able to
 /// finish them if it becomes primary.
 pub async fn push_prepared(node: &Node, table: TableId, partition: PartitionId, to: NodeId) -> Result<(), ShoalError> {
-    let open: Vec<(u64, Arc<tokio::sync::Mutex<TxnState>>)> =
-        node.txns.active.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
+    let open: Vec<(u64, SharedState)> = node.txns.active.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
     let map = node.map();
     let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
     for (txn, state) in open {
         let st = state.lock().await;
-        if !st.prepared {
+        if !st.prepared || st.ended {
             continue;
         }
         let Some(pt) = st.parts.get(&(table, partition)).filter(|pt| !pt.writes.is_empty()) else { continue };
@@ -600,6 +618,7 @@ pub async fn push_prepared(node: &Node, table: TableId, partition: PartitionId, 
             images,
             txn: Some(TxnTag { id: txn, tc: st.tc, step: TxnStep::Prepare }),
         };
+        tracing::info!(txn = format!("{txn:x}"), partition, to, "pushing a prepared transaction to a new replica");
         // Sent while holding the transaction: its COMMIT (or ABORT), which tells `to` to drop
         // these images, must not overtake them, or `to` would keep them after the
         // transaction ended and could later take over a transaction that already happened.
@@ -922,10 +941,12 @@ pub async fn sweeper(node: Arc<Node>) {
             .lock()
             .retain(|_, d| !matches!(d, Decision::Aborted { at } if at.elapsed() > ABORTED_NOTE_TTL));
         node.txns.swept.lock().retain(|_, at| at.elapsed() <= ABORTED_NOTE_TTL);
-        let open: Vec<(u64, Arc<tokio::sync::Mutex<TxnState>>)> =
-            node.txns.active.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
+        let open: Vec<(u64, SharedState)> = node.txns.active.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
         for (txn, state) in open {
             let Ok(st) = state.try_lock() else { continue };
+            if st.ended {
+                continue;
+            }
             let idle = st.last_active.elapsed();
             let (prepared, tc) = (st.prepared, st.tc);
             drop(st);

@@ -87,14 +87,20 @@ impl TestCluster {
 
     /// Runs `shoal up` on the cluster's directory and waits for its `ready` line.
     fn run_up(&mut self, extra: &[String]) {
-        let mut up = Command::new(SHOAL)
-            .args(["up", "--dir"])
-            .arg(&self.dir)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start shoal up");
+        let mut up = Command::new(SHOAL);
+        up.args(["up", "--dir"]).arg(&self.dir).args(extra).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        // A test binary killed from outside runs no Drop: `shoal up` must still stop its
+        // nodes, so it gets SIGTERM when the thread that started it goes away.
+        // SAFETY: prctl is async-signal-safe and touches only the child's own attributes.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut up, || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut up = up.spawn().expect("start shoal up");
         let stdout = up.stdout.take().expect("piped stdout");
         self.up = Some(up);
         let (tx, rx) = mpsc::channel();
