@@ -539,6 +539,14 @@ impl Client {
                                     last_err.insert(i, e);
                                     retry.push(i);
                                 }
+                                // The node knows a newer map without the table: dropped, or
+                                // replaced under its name by ALTER TABLE. The newest map tells
+                                // which (the retry then answers SCHEMA_CHANGED or NO_SUCH_TABLE).
+                                Err(e) if e.code == ErrorCode::NoSuchTable && !refreshed_for_missing => {
+                                    missing = true;
+                                    last_err.insert(i, e);
+                                    retry.push(i);
+                                }
                                 Err(e) => out[i] = Some(Err(e)),
                             }
                         }
