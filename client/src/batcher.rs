@@ -5,8 +5,13 @@
 //! goes out as one request. Light load pays no added latency; heavy load pays one message
 //! header per batch instead of one per call. Used for client → data node key operations and
 //! primary → backup replication.
+//!
+//! With nothing queued and a slot free, a call goes out from the caller's own task: the
+//! batching task and the task awaiting the answer are two thread hand-offs each way that a
+//! lone call gains nothing from.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -15,9 +20,12 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 pub const QUEUE_CALLS: usize = 4096;
 
 type Call<I, O> = (I, oneshot::Sender<O>);
+type SendFn<I, O> = dyn Fn(Vec<I>) -> Pin<Box<dyn Future<Output = Vec<O>> + Send>> + Send + Sync;
 
 pub struct Batcher<I, O> {
     tx: mpsc::Sender<Call<I, O>>,
+    slots: Arc<Semaphore>,
+    send: Arc<SendFn<I, O>>,
 }
 
 impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
@@ -28,31 +36,34 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
         Fut: Future<Output = Vec<O>> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(QUEUE_CALLS);
-        tokio::spawn(run(rx, max_inflight.max(1), max_weight.max(1), weight, send));
-        Batcher { tx }
+        let slots = Arc::new(Semaphore::new(max_inflight.max(1)));
+        let send: Arc<SendFn<I, O>> = Arc::new(move |items| Box::pin(send(items)));
+        tokio::spawn(run(rx, slots.clone(), max_weight.max(1), weight, send.clone()));
+        Batcher { tx, slots, send }
     }
 
     /// Sends `item` in the next batch and waits for its output. None if the batcher stopped.
     pub async fn call(&self, item: I) -> Option<O> {
+        if self.tx.capacity() == QUEUE_CALLS {
+            if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+                let out = (self.send)(vec![item]).await;
+                drop(permit);
+                return out.into_iter().next();
+            }
+        }
         let (reply, rx) = oneshot::channel();
         self.tx.send((item, reply)).await.ok()?;
         rx.await.ok()
     }
 }
 
-async fn run<I, O, F, Fut>(
+async fn run<I: Send + 'static, O: Send + 'static>(
     mut rx: mpsc::Receiver<Call<I, O>>,
-    max_inflight: usize,
+    slots: Arc<Semaphore>,
     max_weight: usize,
     weight: fn(&I) -> usize,
-    send: F,
-) where
-    I: Send + 'static,
-    O: Send + 'static,
-    F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Vec<O>> + Send + 'static,
-{
-    let slots = Arc::new(Semaphore::new(max_inflight));
+    send: Arc<SendFn<I, O>>,
+) {
     let mut carried: Option<Call<I, O>> = None;
     loop {
         let first = match carried.take() {
