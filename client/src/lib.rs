@@ -10,6 +10,7 @@
 mod alter;
 pub mod batcher;
 mod index;
+mod link;
 pub mod mgmd;
 mod txn;
 pub mod users;
@@ -659,22 +660,22 @@ impl Client {
     }
 
     fn batcher(&self, id: NodeId, read_backup: bool) -> Result<Arc<NodeBatcher>> {
-        let client = self.node_client(id)?;
-        let addr = self.map().node(id).map(|n| n.addr.clone()).unwrap_or_default();
-        let mut batchers = self.inner.batchers.lock();
-        if let Some((a, b)) = batchers.get(&(id, read_backup)) {
-            if *a == addr {
+        let map = self.map();
+        let addr = map.node(id).map_or("", |n| n.addr.as_str());
+        if let Some((a, b)) = self.inner.batchers.lock().get(&(id, read_backup)) {
+            if a == addr {
                 return Ok(b.clone());
             }
         }
+        let link = Arc::new(link::Link::new(id, self.node_client(id)?));
         let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
         let b = Arc::new(Batcher::new(
             MAX_INFLIGHT_PER_NODE,
             MAX_OPS_PER_REQUEST,
             |r: &pb::BatchRequest| r.ops.len(),
-            move |reqs: Vec<pb::BatchRequest>| execute_merged(client.clone(), id, attempt, reqs),
+            move |reqs: Vec<pb::BatchRequest>| execute_merged(link.clone(), id, attempt, reqs),
         ));
-        batchers.insert((id, read_backup), (addr, b.clone()));
+        self.inner.batchers.lock().insert((id, read_backup), (addr.to_string(), b.clone()));
         Ok(b)
     }
 
@@ -817,7 +818,7 @@ type AddressedBatcher = (String, Arc<NodeBatcher>);
 
 /// Sends several callers' requests to one data node as one, and splits the answer.
 async fn execute_merged(
-    mut client: DataNodeClient<Channel>,
+    link: Arc<link::Link>,
     node: NodeId,
     attempt: Duration,
     reqs: Vec<pb::BatchRequest>,
@@ -829,16 +830,13 @@ async fn execute_merged(
         ops: reqs.into_iter().flat_map(|r| r.ops).collect(),
         schema_version: 0,
     };
-    let answer = match tokio::time::timeout(attempt, client.execute(merged)).await {
-        Ok(Ok(resp)) => {
-            let resp = resp.into_inner();
-            match check(resp.error) {
-                Ok(()) if resp.results.len() == counts.iter().sum::<usize>() => Ok(resp.results),
-                Ok(()) => Err(ShoalError::internal(format!("node {node} answered a different number of results"))),
-                Err(e) => Err(e),
-            }
-        }
-        Ok(Err(status)) => Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: {}", status.message()))),
+    let answer = match tokio::time::timeout(attempt, link.call(merged)).await {
+        Ok(Ok(resp)) => match check(resp.error) {
+            Ok(()) if resp.results.len() == counts.iter().sum::<usize>() => Ok(resp.results),
+            Ok(()) => Err(ShoalError::internal(format!("node {node} answered a different number of results"))),
+            Err(e) => Err(e),
+        },
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(ShoalError::new(ErrorCode::Timeout, format!("node {node} did not answer in {attempt:?}"))),
     };
     match answer {

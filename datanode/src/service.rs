@@ -41,7 +41,7 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
     })
 }
 
-fn result_to_pb((r, gci): (Result<Option<Vec<shoal_proto::Value>>, ShoalError>, u64)) -> pb::OpResult {
+fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
     match r {
         Ok(Some(row)) => pb::OpResult { error: None, row: values_to_pb(row), found: true, gci },
         Ok(None) => pb::OpResult { error: None, row: vec![], found: false, gci },
@@ -49,61 +49,106 @@ fn result_to_pb((r, gci): (Result<Option<Vec<shoal_proto::Value>>, ShoalError>, 
     }
 }
 
-fn batch_error(e: ShoalError) -> Response<pb::BatchResponse> {
-    Response::new(pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 })
-}
-
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// Answers waiting to go out on one ExecuteStream (the caller reads them as they come).
+const STREAM_QUEUE: usize = 256;
+/// Batches of one ExecuteStream running at once; more wait (back-pressure on the caller).
+const STREAM_INFLIGHT: usize = 256;
+
+/// An operation's outcome (the row of a read) and the GCI of a write.
+type OpAnswer = (Result<Option<Vec<shoal_proto::Value>>, ShoalError>, u64);
+
+/// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream).
+async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
+    let failed = |e: ShoalError| pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 };
+    if req.ops.len() > MAX_BATCH_OPS {
+        return failed(ShoalError::new(
+            ErrorCode::TooLarge,
+            format!("a batch holds at most {MAX_BATCH_OPS} operations"),
+        ));
+    }
+    if let Err(e) = node.ensure_epoch(req.epoch).await {
+        return failed(e);
+    }
+    let read_backup = req.read_backup;
+    let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
+    let results: Vec<OpAnswer> = if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
+        // Reads finish without waiting on anything: answer inline.
+        ops.into_iter().map(|op| (op.and_then(|op| ops::read(node, op, read_backup)), 0)).collect()
+    } else {
+        // Writes run in their own task: once replication starts it must finish even if the
+        // caller goes away.
+        let node = node.clone();
+        let task = tokio::spawn(async move {
+            let each = ops.into_iter().map(|op| {
+                let node = node.clone();
+                async move {
+                    let op = match op {
+                        Ok(op) => op,
+                        Err(e) => return (Err(e), 0),
+                    };
+                    match op.kind {
+                        OpKind::Read => (ops::read(&node, op, read_backup), 0),
+                        _ => match ops::write(node, op).await {
+                            Ok(gci) => (Ok(None), gci),
+                            Err(e) => (Err(e), 0),
+                        },
+                    }
+                }
+            });
+            futures::future::join_all(each).await
+        });
+        match task.await {
+            Ok(r) => r,
+            Err(e) => return failed(ShoalError::internal(format!("batch task failed: {e}"))),
+        }
+    };
+    pb::BatchResponse { error: None, results: results.into_iter().map(result_to_pb).collect(), served_by: node.id }
+}
 
 #[tonic::async_trait]
 impl DataNode for Service {
     async fn execute(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
-        let req = req.into_inner();
-        if req.ops.len() > MAX_BATCH_OPS {
-            return Ok(batch_error(ShoalError::new(
-                ErrorCode::TooLarge,
-                format!("a batch holds at most {MAX_BATCH_OPS} operations"),
-            )));
-        }
-        if let Err(e) = self.node.ensure_epoch(req.epoch).await {
-            return Ok(batch_error(e));
-        }
-        let read_backup = req.read_backup;
-        let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
-        let results: Vec<(Result<Option<Vec<shoal_proto::Value>>, ShoalError>, u64)> =
-            if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
-                // Reads finish without waiting on anything: answer inline.
-                ops.into_iter().map(|op| (op.and_then(|op| ops::read(&self.node, op, read_backup)), 0)).collect()
-            } else {
-                // Writes run in their own task: once replication starts it must finish even if the
-                // caller goes away.
-                let node = self.node.clone();
-                let task = tokio::spawn(async move {
-                    let each = ops.into_iter().map(|op| {
-                        let node = node.clone();
-                        async move {
-                            let op = match op {
-                                Ok(op) => op,
-                                Err(e) => return (Err(e), 0),
-                            };
-                            match op.kind {
-                                OpKind::Read => (ops::read(&node, op, read_backup), 0),
-                                _ => match ops::write(node, op).await {
-                                    Ok(gci) => (Ok(None), gci),
-                                    Err(e) => (Err(e), 0),
-                                },
-                            }
-                        }
-                    });
-                    futures::future::join_all(each).await
+        Ok(Response::new(run_batch(&self.node, req.into_inner()).await))
+    }
+
+    type ExecuteStreamStream = BoxStream<pb::TaggedResult>;
+
+    async fn execute_stream(
+        &self,
+        req: Request<tonic::Streaming<pb::TaggedBatch>>,
+    ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
+        let mut calls = req.into_inner();
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
+            while let Some(Ok(call)) = calls.next().await {
+                let batch = call.batch.unwrap_or_default();
+                // Reads of a known map finish without waiting on anything: answered in order,
+                // inline. Anything else runs in its own task, so a slow write does not hold up
+                // the calls behind it.
+                let inline = batch.epoch <= node.epoch()
+                    && batch.ops.iter().all(|o| o.kind == pb::OpKind::Read as i32)
+                    && batch.ops.len() <= MAX_BATCH_OPS;
+                if inline {
+                    let result = Some(run_batch(&node, batch).await);
+                    if tx.send(Ok(pb::TaggedResult { tag: call.tag, result })).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                let Ok(permit) = slots.clone().acquire_owned().await else { return };
+                let (node, tx) = (node.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let result = Some(run_batch(&node, batch).await);
+                    let _ = tx.send(Ok(pb::TaggedResult { tag: call.tag, result })).await;
+                    drop(permit);
                 });
-                task.await.map_err(|e| Status::internal(format!("batch task failed: {e}")))?
-            };
-        Ok(Response::new(pb::BatchResponse {
-            error: None,
-            results: results.into_iter().map(result_to_pb).collect(),
-            served_by: self.node.id,
-        }))
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     type ScanStream = BoxStream<pb::ScanBatch>;
