@@ -10,7 +10,7 @@
 mod alter;
 pub mod batcher;
 mod index;
-mod link;
+pub mod link;
 pub mod mgmd;
 mod txn;
 pub mod users;
@@ -147,6 +147,8 @@ struct Inner {
     nodes: Mutex<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
     /// Key-operation batchers per (data node, read-backup).
     batchers: Mutex<HashMap<(NodeId, bool), AddressedBatcher>>,
+    /// Transactions' operation calls per data node (and the address they go to).
+    txn_links: Mutex<HashMap<NodeId, (String, Arc<TxnLink>)>>,
     opts: ClientOptions,
     /// Hidden primary keys: a random prefix per client and a counter.
     hidden_prefix: u64,
@@ -198,6 +200,7 @@ impl Client {
             hurried: AtomicU64::new(0),
             nodes: Mutex::new(HashMap::new()),
             batchers: Mutex::new(HashMap::new()),
+            txn_links: Mutex::new(HashMap::new()),
             opts,
             hidden_prefix: shoal_proto::hash::fmix64(nanos ^ u64::from(std::process::id())) << 32,
             hidden_next: AtomicU64::new(0),
@@ -659,6 +662,20 @@ impl Client {
             .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
     }
 
+    /// The stream that carries transactions' operations to node `id`.
+    fn txn_link(&self, id: NodeId) -> Result<Arc<TxnLink>> {
+        let map = self.map();
+        let addr = map.node(id).map_or("", |n| n.addr.as_str());
+        if let Some((a, l)) = self.inner.txn_links.lock().get(&id) {
+            if a == addr {
+                return Ok(l.clone());
+            }
+        }
+        let link = Arc::new(link::Link::new(id, self.node_client(id)?));
+        self.inner.txn_links.lock().insert(id, (addr.to_string(), link.clone()));
+        Ok(link)
+    }
+
     fn batcher(&self, id: NodeId, read_backup: bool) -> Result<Arc<NodeBatcher>> {
         let map = self.map();
         let addr = map.node(id).map_or("", |n| n.addr.as_str());
@@ -667,7 +684,7 @@ impl Client {
                 return Ok(b.clone());
             }
         }
-        let link = Arc::new(link::Link::new(id, self.node_client(id)?));
+        let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, self.node_client(id)?));
         let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
         let b = Arc::new(Batcher::new(
             MAX_INFLIGHT_PER_NODE,
@@ -812,13 +829,14 @@ impl Client {
     }
 }
 
+type TxnLink = link::Link<link::TxnExecuteCalls>;
 type NodeBatcher = Batcher<pb::BatchRequest, Result<Vec<pb::OpResult>>>;
 /// A batcher and the node address it sends to.
 type AddressedBatcher = (String, Arc<NodeBatcher>);
 
 /// Sends several callers' requests to one data node as one, and splits the answer.
 async fn execute_merged(
-    link: Arc<link::Link>,
+    link: Arc<link::Link<link::ExecuteCalls>>,
     node: NodeId,
     attempt: Duration,
     reqs: Vec<pb::BatchRequest>,

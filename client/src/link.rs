@@ -1,12 +1,15 @@
-//! A long-lived `ExecuteStream` to one data node: key-operation batches go out as tagged
-//! messages on one HTTP/2 stream and their answers come back as they finish. A unary call
-//! costs a whole HTTP/2 request (headers, trailers, a new stream, a hop through the channel's
-//! buffer task) — in profiles, half of a SQL node's CPU per point select.
+//! A long-lived call stream to one data node (`ExecuteStream` for key operations,
+//! `ReplicateStream` for replication): requests go out as tagged messages on one HTTP/2 stream
+//! and their answers come back as they finish. A unary call costs a whole HTTP/2 request
+//! (headers, trailers, a new stream, a hop through the channel's buffer task) — in profiles,
+//! half of a SQL node's CPU per point select.
 //!
 //! The link opens on first use and is replaced when it breaks: every call waiting on a broken
 //! link fails with NODE_NOT_READY, which callers retry like any unreachable node.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -19,19 +22,77 @@ use tonic::transport::Channel;
 /// Calls queued for sending on one link.
 const LINK_QUEUE: usize = 1024;
 
-type Waiting = Mutex<HashMap<u64, oneshot::Sender<pb::BatchResponse>>>;
+/// One kind of call stream: its request and answer, and how they are tagged.
+pub trait Calls: Send + Sync + 'static {
+    type Request: Send + 'static;
+    type Answer: Default + Send + 'static;
+    /// What goes on the wire: a request with its tag.
+    type Out: Send + 'static;
+    /// What comes back: an answer with its tag.
+    type In: Send + 'static;
+    fn tag(tag: u64, req: Self::Request) -> Self::Out;
+    fn untag(got: Self::In) -> (u64, Self::Answer);
+    /// Opens the stream on `client`, sending what `out` yields.
+    fn open(client: DataNodeClient<Channel>, out: ReceiverStream<Self::Out>) -> Opening<Self::In>;
+}
 
-struct Open {
-    tx: mpsc::Sender<pb::TaggedBatch>,
-    waiting: Arc<Waiting>,
+pub type Opening<In> = Pin<Box<dyn Future<Output = Result<tonic::Streaming<In>, tonic::Status>> + Send>>;
+type ReceiverStream<T> = tokio_stream::wrappers::ReceiverStream<T>;
+
+/// Key-operation batches (`ExecuteStream`).
+pub struct ExecuteCalls;
+
+impl Calls for ExecuteCalls {
+    type Request = pb::BatchRequest;
+    type Answer = pb::BatchResponse;
+    type Out = pb::TaggedBatch;
+    type In = pb::TaggedResult;
+    fn tag(tag: u64, batch: pb::BatchRequest) -> pb::TaggedBatch {
+        pb::TaggedBatch { tag, batch: Some(batch) }
+    }
+    fn untag(got: pb::TaggedResult) -> (u64, pb::BatchResponse) {
+        (got.tag, got.result.unwrap_or_default())
+    }
+    fn open(mut client: DataNodeClient<Channel>, out: ReceiverStream<pb::TaggedBatch>) -> Opening<pb::TaggedResult> {
+        Box::pin(async move { client.execute_stream(out).await.map(|r| r.into_inner()) })
+    }
+}
+
+/// Transactions' operations (`TxnExecuteStream`).
+pub struct TxnExecuteCalls;
+
+impl Calls for TxnExecuteCalls {
+    type Request = pb::TxnExecuteRequest;
+    type Answer = pb::TxnExecuteResponse;
+    type Out = pb::TaggedTxnExecute;
+    type In = pb::TaggedTxnResult;
+    fn tag(tag: u64, req: pb::TxnExecuteRequest) -> pb::TaggedTxnExecute {
+        pb::TaggedTxnExecute { tag, req: Some(req) }
+    }
+    fn untag(got: pb::TaggedTxnResult) -> (u64, pb::TxnExecuteResponse) {
+        (got.tag, got.result.unwrap_or_default())
+    }
+    fn open(
+        mut client: DataNodeClient<Channel>,
+        out: ReceiverStream<pb::TaggedTxnExecute>,
+    ) -> Opening<pb::TaggedTxnResult> {
+        Box::pin(async move { client.txn_execute_stream(out).await.map(|r| r.into_inner()) })
+    }
+}
+
+type Waiting<A> = Mutex<HashMap<u64, oneshot::Sender<A>>>;
+
+struct Open<C: Calls> {
+    tx: mpsc::Sender<C::Out>,
+    waiting: Arc<Waiting<C::Answer>>,
     broken: Arc<AtomicBool>,
 }
 
 /// The stream to one node, opened lazily.
-pub struct Link {
+pub struct Link<C: Calls> {
     node: NodeId,
     client: DataNodeClient<Channel>,
-    open: tokio::sync::Mutex<Option<Arc<Open>>>,
+    open: tokio::sync::Mutex<Option<Arc<Open<C>>>>,
     next_tag: AtomicU64,
 }
 
@@ -41,24 +102,24 @@ fn broken(node: NodeId, why: impl std::fmt::Display) -> ShoalError {
 
 /// Takes the caller's entry out of the waiting table when the call ends, also when the caller
 /// gives up (a timeout drops the call).
-struct Entry<'a> {
-    waiting: &'a Waiting,
+struct Entry<'a, A> {
+    waiting: &'a Waiting<A>,
     tag: u64,
 }
 
-impl Drop for Entry<'_> {
+impl<A> Drop for Entry<'_, A> {
     fn drop(&mut self) {
         self.waiting.lock().remove(&self.tag);
     }
 }
 
-impl Link {
-    pub fn new(node: NodeId, client: DataNodeClient<Channel>) -> Link {
+impl<C: Calls> Link<C> {
+    pub fn new(node: NodeId, client: DataNodeClient<Channel>) -> Link<C> {
         Link { node, client, open: tokio::sync::Mutex::new(None), next_tag: AtomicU64::new(1) }
     }
 
-    /// Sends one batch and waits for its answer.
-    pub async fn call(&self, batch: pb::BatchRequest) -> Result<pb::BatchResponse, ShoalError> {
+    /// Sends one request and waits for its answer.
+    pub async fn call(&self, req: C::Request) -> Result<C::Answer, ShoalError> {
         let open = self.stream().await?;
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
@@ -69,27 +130,23 @@ impl Link {
         if open.broken.load(Ordering::SeqCst) {
             return Err(broken(self.node, "the call stream broke"));
         }
-        if open.tx.send(pb::TaggedBatch { tag, batch: Some(batch) }).await.is_err() {
+        if open.tx.send(C::tag(tag, req)).await.is_err() {
             return Err(broken(self.node, "the call stream closed"));
         }
         answer.await.map_err(|_| broken(self.node, "the call stream broke before the answer"))
     }
 
     /// The open stream, opening a new one if there is none or the last one broke.
-    async fn stream(&self) -> Result<Arc<Open>, ShoalError> {
+    async fn stream(&self) -> Result<Arc<Open<C>>, ShoalError> {
         let mut slot = self.open.lock().await;
         if let Some(open) = slot.as_ref().filter(|o| !o.broken.load(Ordering::SeqCst)) {
             return Ok(open.clone());
         }
         let (tx, rx) = mpsc::channel(LINK_QUEUE);
-        let mut client = self.client.clone();
-        let answers = client
-            .execute_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .map_err(|s| broken(self.node, s.message()))?
-            .into_inner();
+        let answers =
+            C::open(self.client.clone(), ReceiverStream::new(rx)).await.map_err(|s| broken(self.node, s.message()))?;
         let open = Arc::new(Open { tx, waiting: Default::default(), broken: Default::default() });
-        tokio::spawn(read_answers(self.node, answers, open.waiting.clone(), open.broken.clone()));
+        tokio::spawn(read_answers::<C>(self.node, answers, open.waiting.clone(), open.broken.clone()));
         *slot = Some(open.clone());
         Ok(open)
     }
@@ -97,18 +154,19 @@ impl Link {
 
 /// Hands each answer to its caller; when the stream ends, marks the link broken and fails
 /// every call still waiting (dropping their senders).
-async fn read_answers(
+async fn read_answers<C: Calls>(
     node: NodeId,
-    mut answers: tonic::Streaming<pb::TaggedResult>,
-    waiting: Arc<Waiting>,
+    mut answers: tonic::Streaming<C::In>,
+    waiting: Arc<Waiting<C::Answer>>,
     broken: Arc<AtomicBool>,
 ) {
     loop {
         match answers.message().await {
             Ok(Some(m)) => {
-                let reply = waiting.lock().remove(&m.tag);
+                let (tag, answer) = C::untag(m);
+                let reply = waiting.lock().remove(&tag);
                 if let Some(reply) = reply {
-                    let _ = reply.send(m.result.unwrap_or_default());
+                    let _ = reply.send(answer);
                 }
             }
             Ok(None) => break,

@@ -234,10 +234,8 @@ impl Transaction {
                         locks: items.iter().map(|(_, _, l, _, _, _)| *l).collect(),
                         held_terms: items.iter().map(|(_, _, _, _, _, t)| *t).collect(),
                     };
-                    let resp = match client.node_client(node) {
-                        Ok(mut c) => c.txn_execute(req).await.map(|r| r.into_inner()).map_err(|s| {
-                            ShoalError::new(ErrorCode::NodeNotReady, format!("data node {node}: {}", s.message()))
-                        }),
+                    let resp = match client.txn_link(node) {
+                        Ok(link) => link.call(req).await,
                         Err(e) => Err(e),
                     };
                     (items, resp)

@@ -160,13 +160,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(mgmd_link::watch_loop(node.clone(), link.clone()));
     tokio::spawn(mgmd_link::report_loop(node.clone(), link.clone(), report_rx));
 
-    let svc = DataNodeServer::new(service::Service { node: node.clone() })
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let svc = DataNodeServer::new(service::Service { node: node.clone(), stop })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(svc)
-        .serve_with_incoming_shutdown(nodelay(listener), shutdown(node.clone(), link.clone()))
+        .serve_with_incoming_shutdown(nodelay(listener), shutdown(node.clone(), link.clone(), stop_tx))
         .await
         .context("serve gRPC")?;
     tracing::info!("datanode {} stopped", me.id);
@@ -191,8 +192,9 @@ const STOP_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// On SIGTERM: refuse new commits, and keep serving (checkpoint calls included) until every
 /// commit this node stamped is in a complete global checkpoint, so a clean stop of the whole
-/// cluster loses nothing. Then the server stops.
-async fn shutdown(node: Arc<node::Node>, link: Arc<mgmd_link::MgmdLink>) {
+/// cluster loses nothing. Then the server stops, after ending the call streams (it waits for
+/// every open request, and a peer's stream would stay open until that peer exits).
+async fn shutdown(node: Arc<node::Node>, link: Arc<mgmd_link::MgmdLink>, stop: tokio::sync::watch::Sender<bool>) {
     shutdown_signal().await;
     node.durability.close();
     let last = node.durability.clock.current();
@@ -205,6 +207,7 @@ async fn shutdown(node: Arc<node::Node>, link: Arc<mgmd_link::MgmdLink>) {
     if node.map().gci_complete < last {
         tracing::warn!("stopping before global checkpoint {last} completed: the newest writes may be taken back");
     }
+    stop.send_replace(true);
 }
 
 async fn shutdown_signal() {

@@ -20,6 +20,16 @@ use crate::{sync, transport};
 
 pub struct Service {
     pub node: Arc<Node>,
+    /// Becomes true when the node stops: call streams end then.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The next call on a stream, or None when the stream ended, broke, or the node is stopping.
+async fn next_call<T>(calls: &mut tonic::Streaming<T>, stop: &mut tokio::sync::watch::Receiver<bool>) -> Option<T> {
+    tokio::select! {
+        call = calls.next() => call.and_then(Result::ok),
+        _ = stop.wait_for(|&s| s) => None,
+    }
 }
 
 fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
@@ -55,6 +65,69 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 const STREAM_QUEUE: usize = 256;
 /// Batches of one ExecuteStream running at once; more wait (back-pressure on the caller).
 const STREAM_INFLIGHT: usize = 256;
+
+/// Runs a transaction's operations (unary TxnExecute, or one call on a TxnExecuteStream).
+async fn run_txn_execute(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> pb::TxnExecuteResponse {
+    let failed =
+        |e: ShoalError| pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![], terms: vec![] };
+    if req.ops.len() > MAX_BATCH_OPS {
+        return failed(ShoalError::new(
+            ErrorCode::TooLarge,
+            format!("a batch holds at most {MAX_BATCH_OPS} operations"),
+        ));
+    }
+    if let Err(e) = node.ensure_epoch(req.epoch).await {
+        return failed(e);
+    }
+    let mut ops = Vec::with_capacity(req.ops.len());
+    let mut bad = vec![];
+    for (i, op) in req.ops.into_iter().enumerate() {
+        let lock = match pb::LockMode::try_from(req.locks.get(i).copied().unwrap_or(0)) {
+            Ok(pb::LockMode::None) => None,
+            Ok(pb::LockMode::Shared) => Some(crate::partition::LockMode::Shared),
+            Ok(pb::LockMode::Exclusive) => Some(crate::partition::LockMode::Exclusive),
+            Err(_) => {
+                bad.push(i);
+                None
+            }
+        };
+        let held_term = req.held_terms.get(i).copied().unwrap_or(0);
+        match op_from_pb(op) {
+            Ok(op) => ops.push(crate::txn::TxnOp { op, lock, held_term }),
+            Err(e) => return failed(e),
+        }
+    }
+    if !bad.is_empty() {
+        return failed(ShoalError::new(ErrorCode::InvalidArgument, format!("unknown lock mode at operations {bad:?}")));
+    }
+    // In its own task: locks taken must be recorded even if the caller goes away.
+    let task_node = node.clone();
+    let (txn, tc) = (req.txn_id, req.tc);
+    let results = match tokio::spawn(async move { crate::txn::execute(&task_node, txn, tc, ops).await }).await {
+        Ok(r) => r,
+        Err(e) => return failed(ShoalError::internal(format!("transaction task failed: {e}"))),
+    };
+    let holds = results.iter().map(|(_, h)| h.is_some()).collect();
+    let terms = results.iter().map(|(_, h)| h.unwrap_or(0)).collect();
+    pb::TxnExecuteResponse {
+        error: None,
+        results: results.into_iter().map(|(r, _)| result_to_pb((r, 0))).collect(),
+        holds,
+        terms,
+    }
+}
+
+/// Applies replicated parts in order: a later part may depend on an earlier one's epoch
+/// catch-up.
+async fn apply_replicated(node: &Arc<Node>, parts: Vec<pb::ReplicateRequest>) -> pb::ReplicateBatchResponse {
+    let mut results = Vec::with_capacity(parts.len());
+    for part in parts {
+        let msg = transport::replicate_from_pb(part);
+        let error = crate::replication::apply(node, msg).await.err().map(pb::Error::from);
+        results.push(pb::ReplicateResponse { error });
+    }
+    pb::ReplicateBatchResponse { results }
+}
 
 /// An operation's outcome (the row of a read) and the GCI of a write.
 type OpAnswer = (Result<Option<Vec<shoal_proto::Value>>, ShoalError>, u64);
@@ -120,11 +193,12 @@ impl DataNode for Service {
         req: Request<tonic::Streaming<pb::TaggedBatch>>,
     ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
         let mut calls = req.into_inner();
+        let mut stop = self.stop.clone();
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let node = self.node.clone();
         tokio::spawn(async move {
             let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
-            while let Some(Ok(call)) = calls.next().await {
+            while let Some(call) = next_call(&mut calls, &mut stop).await {
                 let batch = call.batch.unwrap_or_default();
                 // Reads of a known map finish without waiting on anything: answered in order,
                 // inline. Anything else runs in its own task, so a slow write does not hold up
@@ -208,14 +282,38 @@ impl DataNode for Service {
         if parts.len() > crate::transport::MAX_REPLICATE_PARTS {
             return Err(Status::invalid_argument("too many parts in one replication batch"));
         }
-        let mut results = Vec::with_capacity(parts.len());
-        // In order: a later part may depend on an earlier one's epoch catch-up.
-        for part in parts {
-            let msg = transport::replicate_from_pb(part);
-            let error = crate::replication::apply(&self.node, msg).await.err().map(pb::Error::from);
-            results.push(pb::ReplicateResponse { error });
-        }
-        Ok(Response::new(pb::ReplicateBatchResponse { results }))
+        Ok(Response::new(apply_replicated(&self.node, parts).await))
+    }
+
+    type ReplicateStreamStream = BoxStream<pb::TaggedReplicateResult>;
+
+    async fn replicate_stream(
+        &self,
+        req: Request<tonic::Streaming<pb::TaggedReplicate>>,
+    ) -> Result<Response<Self::ReplicateStreamStream>, Status> {
+        let mut calls = req.into_inner();
+        let mut stop = self.stop.clone();
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            // One at a time, in arrival order, as the parts of one unary batch.
+            while let Some(call) = next_call(&mut calls, &mut stop).await {
+                let parts = call.batch.unwrap_or_default().parts;
+                let result = if parts.len() > crate::transport::MAX_REPLICATE_PARTS {
+                    let e = ShoalError::new(ErrorCode::TooLarge, "too many parts in one replication batch");
+                    let error = Some(pb::Error::from(e));
+                    pb::ReplicateBatchResponse {
+                        results: parts.iter().map(|_| pb::ReplicateResponse { error: error.clone() }).collect(),
+                    }
+                } else {
+                    apply_replicated(&node, parts).await
+                };
+                if tx.send(Ok(pb::TaggedReplicateResult { tag: call.tag, result: Some(result) })).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     type CopyPartitionStream = BoxStream<pb::CopyChunk>;
@@ -248,72 +346,33 @@ impl DataNode for Service {
         &self,
         req: Request<pb::TxnExecuteRequest>,
     ) -> Result<Response<pb::TxnExecuteResponse>, Status> {
-        let req = req.into_inner();
-        if req.ops.len() > MAX_BATCH_OPS {
-            let e = ShoalError::new(ErrorCode::TooLarge, format!("a batch holds at most {MAX_BATCH_OPS} operations"));
-            return Ok(Response::new(pb::TxnExecuteResponse {
-                error: Some(e.into()),
-                results: vec![],
-                holds: vec![],
-                terms: vec![],
-            }));
-        }
-        if let Err(e) = self.node.ensure_epoch(req.epoch).await {
-            return Ok(Response::new(pb::TxnExecuteResponse {
-                error: Some(e.into()),
-                results: vec![],
-                holds: vec![],
-                terms: vec![],
-            }));
-        }
-        let mut ops = Vec::with_capacity(req.ops.len());
-        let mut bad = vec![];
-        for (i, op) in req.ops.into_iter().enumerate() {
-            let lock = match pb::LockMode::try_from(req.locks.get(i).copied().unwrap_or(0)) {
-                Ok(pb::LockMode::None) => None,
-                Ok(pb::LockMode::Shared) => Some(crate::partition::LockMode::Shared),
-                Ok(pb::LockMode::Exclusive) => Some(crate::partition::LockMode::Exclusive),
-                Err(_) => {
-                    bad.push(i);
-                    None
-                }
-            };
-            let held_term = req.held_terms.get(i).copied().unwrap_or(0);
-            match op_from_pb(op) {
-                Ok(op) => ops.push(crate::txn::TxnOp { op, lock, held_term }),
-                Err(e) => {
-                    return Ok(Response::new(pb::TxnExecuteResponse {
-                        error: Some(e.into()),
-                        results: vec![],
-                        holds: vec![],
-                        terms: vec![],
-                    }));
-                }
-            }
-        }
-        if !bad.is_empty() {
-            let e = ShoalError::new(ErrorCode::InvalidArgument, format!("unknown lock mode at operations {bad:?}"));
-            return Ok(Response::new(pb::TxnExecuteResponse {
-                error: Some(e.into()),
-                results: vec![],
-                holds: vec![],
-                terms: vec![],
-            }));
-        }
-        // In its own task: locks taken must be recorded even if the caller goes away.
+        Ok(Response::new(run_txn_execute(&self.node, req.into_inner()).await))
+    }
+
+    type TxnExecuteStreamStream = BoxStream<pb::TaggedTxnResult>;
+
+    async fn txn_execute_stream(
+        &self,
+        req: Request<tonic::Streaming<pb::TaggedTxnExecute>>,
+    ) -> Result<Response<Self::TxnExecuteStreamStream>, Status> {
+        let mut calls = req.into_inner();
+        let mut stop = self.stop.clone();
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let node = self.node.clone();
-        let (txn, tc) = (req.txn_id, req.tc);
-        let results = tokio::spawn(async move { crate::txn::execute(&node, txn, tc, ops).await })
-            .await
-            .map_err(|e| Status::internal(format!("transaction task failed: {e}")))?;
-        let holds = results.iter().map(|(_, h)| h.is_some()).collect();
-        let terms = results.iter().map(|(_, h)| h.unwrap_or(0)).collect();
-        Ok(Response::new(pb::TxnExecuteResponse {
-            error: None,
-            results: results.into_iter().map(|(r, _)| result_to_pb((r, 0))).collect(),
-            holds,
-            terms,
-        }))
+        tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
+            while let Some(call) = next_call(&mut calls, &mut stop).await {
+                // Each in its own task: a call waiting for a lock must not hold up the others.
+                let Ok(permit) = slots.clone().acquire_owned().await else { return };
+                let (node, tx) = (node.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let result = Some(run_txn_execute(&node, call.req.unwrap_or_default()).await);
+                    let _ = tx.send(Ok(pb::TaggedTxnResult { tag: call.tag, result })).await;
+                    drop(permit);
+                });
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn txn_commit(&self, req: Request<pb::TxnCommitRequest>) -> Result<Response<pb::TxnCommitResponse>, Status> {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use shoal_client::link::{Calls, Link, Opening};
 use shoal_client::Batcher;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, PartitionId, ShoalError, TableId};
@@ -179,22 +180,44 @@ impl GrpcTransport {
     }
 }
 
+/// Replication batches (`ReplicateStream`).
+struct ReplicateCalls;
+
+impl Calls for ReplicateCalls {
+    type Request = pb::ReplicateBatchRequest;
+    type Answer = pb::ReplicateBatchResponse;
+    type Out = pb::TaggedReplicate;
+    type In = pb::TaggedReplicateResult;
+    fn tag(tag: u64, batch: pb::ReplicateBatchRequest) -> pb::TaggedReplicate {
+        pb::TaggedReplicate { tag, batch: Some(batch) }
+    }
+    fn untag(got: pb::TaggedReplicateResult) -> (u64, pb::ReplicateBatchResponse) {
+        (got.tag, got.result.unwrap_or_default())
+    }
+    fn open(
+        mut client: DataNodeClient<Channel>,
+        out: tokio_stream::wrappers::ReceiverStream<pb::TaggedReplicate>,
+    ) -> Opening<pb::TaggedReplicateResult> {
+        Box::pin(async move { client.replicate_stream(out).await.map(|r| r.into_inner()) })
+    }
+}
+
 async fn replicate_merged(
-    mut client: DataNodeClient<Channel>,
+    link: Arc<Link<ReplicateCalls>>,
     to: NodeId,
     msgs: Vec<Replicate>,
 ) -> Vec<Result<(), ShoalError>> {
     let n = msgs.len();
     let req = pb::ReplicateBatchRequest { parts: msgs.iter().map(replicate_to_pb).collect() };
-    let answer = match tokio::time::timeout(ATTEMPT_TIMEOUT, client.replicate(req)).await {
+    let answer = match tokio::time::timeout(ATTEMPT_TIMEOUT, link.call(req)).await {
         Ok(Ok(resp)) => {
-            let results = resp.into_inner().results;
+            let results = resp.results;
             if results.len() == n {
                 return results.into_iter().map(|r| shoal_proto::convert::check(r.error)).collect();
             }
             unreachable(to, "answered a different number of results")
         }
-        Ok(Err(status)) => unreachable(to, status.message()),
+        Ok(Err(e)) => e,
         Err(_) => unreachable(to, "timed out"),
     };
     vec![Err(answer); n]
@@ -271,12 +294,12 @@ impl Transport for GrpcTransport {
                         .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
                         .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
                     let to = n.id;
-                    let sender = client.clone();
+                    let link = Arc::new(Link::<ReplicateCalls>::new(to, client.clone()));
                     let replicate = Arc::new(Batcher::new(
                         MAX_INFLIGHT_PER_PEER,
                         MAX_REPLICATE_PARTS,
                         |_: &Replicate| 1,
-                        move |msgs| replicate_merged(sender.clone(), to, msgs),
+                        move |msgs| replicate_merged(link.clone(), to, msgs),
                     ));
                     peers.insert(n.id, Arc::new(Peer { addr: n.addr.clone(), client, replicate }));
                 }
