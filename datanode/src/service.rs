@@ -180,6 +180,44 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
     pb::BatchResponse { error: None, results: results.into_iter().map(result_to_pb).collect(), served_by: node.id }
 }
 
+/// A call's tagged answer, being worked out.
+type Answering<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl Service {
+    /// Serves one call stream: each call is answered by `answer`, awaited in arrival order
+    /// when `inline` says so, otherwise in its own task (at most `STREAM_INFLIGHT` at once);
+    /// answers go back as they are ready. The stream ends when the caller closes it, it
+    /// breaks, or the node stops.
+    fn serve_calls<C: Send + 'static, A: Send + 'static>(
+        &self,
+        mut calls: tonic::Streaming<C>,
+        inline: fn(&Node, &C) -> bool,
+        answer: fn(Arc<Node>, C) -> Answering<A>,
+    ) -> BoxStream<A> {
+        let mut stop = self.stop.clone();
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
+            while let Some(call) = next_call(&mut calls, &mut stop).await {
+                if inline(&node, &call) {
+                    if tx.send(Ok(answer(node.clone(), call).await)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                let Ok(permit) = slots.clone().acquire_owned().await else { return };
+                let (answering, tx) = (answer(node.clone(), call), tx.clone());
+                tokio::spawn(async move {
+                    let _ = tx.send(Ok(answering.await)).await;
+                    drop(permit);
+                });
+            }
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
+}
+
 #[tonic::async_trait]
 impl DataNode for Service {
     async fn execute(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
@@ -192,37 +230,23 @@ impl DataNode for Service {
         &self,
         req: Request<tonic::Streaming<pb::TaggedBatch>>,
     ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
-        let mut calls = req.into_inner();
-        let mut stop = self.stop.clone();
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        let node = self.node.clone();
-        tokio::spawn(async move {
-            let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
-            while let Some(call) = next_call(&mut calls, &mut stop).await {
-                let batch = call.batch.unwrap_or_default();
-                // Reads of a known map finish without waiting on anything: answered in order,
-                // inline. Anything else runs in its own task, so a slow write does not hold up
-                // the calls behind it.
-                let inline = batch.epoch <= node.epoch()
-                    && batch.ops.iter().all(|o| o.kind == pb::OpKind::Read as i32)
-                    && batch.ops.len() <= MAX_BATCH_OPS;
-                if inline {
-                    let result = Some(run_batch(&node, batch).await);
-                    if tx.send(Ok(pb::TaggedResult { tag: call.tag, result })).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                let Ok(permit) = slots.clone().acquire_owned().await else { return };
-                let (node, tx) = (node.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let result = Some(run_batch(&node, batch).await);
-                    let _ = tx.send(Ok(pb::TaggedResult { tag: call.tag, result })).await;
-                    drop(permit);
-                });
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // Reads of a known map finish without waiting on anything: answered in order, inline.
+        // Anything else runs in its own task, so a slow write does not hold up the calls
+        // behind it.
+        let inline = |node: &Node, call: &pb::TaggedBatch| {
+            call.batch.as_ref().is_some_and(|b| {
+                b.epoch <= node.epoch()
+                    && b.ops.len() <= MAX_BATCH_OPS
+                    && b.ops.iter().all(|o| o.kind == pb::OpKind::Read as i32)
+            })
+        };
+        let answer = |node: Arc<Node>, call: pb::TaggedBatch| -> Answering<pb::TaggedResult> {
+            Box::pin(async move {
+                let result = Some(run_batch(&node, call.batch.unwrap_or_default()).await);
+                pb::TaggedResult { tag: call.tag, result }
+            })
+        };
+        Ok(Response::new(self.serve_calls(req.into_inner(), inline, answer)))
     }
 
     type ScanStream = BoxStream<pb::ScanBatch>;
@@ -291,13 +315,9 @@ impl DataNode for Service {
         &self,
         req: Request<tonic::Streaming<pb::TaggedReplicate>>,
     ) -> Result<Response<Self::ReplicateStreamStream>, Status> {
-        let mut calls = req.into_inner();
-        let mut stop = self.stop.clone();
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        let node = self.node.clone();
-        tokio::spawn(async move {
-            // One at a time, in arrival order, as the parts of one unary batch.
-            while let Some(call) = next_call(&mut calls, &mut stop).await {
+        // One at a time, in arrival order, as the parts of one unary batch.
+        let answer = |node: Arc<Node>, call: pb::TaggedReplicate| -> Answering<pb::TaggedReplicateResult> {
+            Box::pin(async move {
                 let parts = call.batch.unwrap_or_default().parts;
                 let result = if parts.len() > crate::transport::MAX_REPLICATE_PARTS {
                     let e = ShoalError::new(ErrorCode::TooLarge, "too many parts in one replication batch");
@@ -308,12 +328,10 @@ impl DataNode for Service {
                 } else {
                     apply_replicated(&node, parts).await
                 };
-                if tx.send(Ok(pb::TaggedReplicateResult { tag: call.tag, result: Some(result) })).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+                pb::TaggedReplicateResult { tag: call.tag, result: Some(result) }
+            })
+        };
+        Ok(Response::new(self.serve_calls(req.into_inner(), |_, _| true, answer)))
     }
 
     type CopyPartitionStream = BoxStream<pb::CopyChunk>;
@@ -355,24 +373,14 @@ impl DataNode for Service {
         &self,
         req: Request<tonic::Streaming<pb::TaggedTxnExecute>>,
     ) -> Result<Response<Self::TxnExecuteStreamStream>, Status> {
-        let mut calls = req.into_inner();
-        let mut stop = self.stop.clone();
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        let node = self.node.clone();
-        tokio::spawn(async move {
-            let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
-            while let Some(call) = next_call(&mut calls, &mut stop).await {
-                // Each in its own task: a call waiting for a lock must not hold up the others.
-                let Ok(permit) = slots.clone().acquire_owned().await else { return };
-                let (node, tx) = (node.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let result = Some(run_txn_execute(&node, call.req.unwrap_or_default()).await);
-                    let _ = tx.send(Ok(pb::TaggedTxnResult { tag: call.tag, result })).await;
-                    drop(permit);
-                });
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // Each in its own task: a call waiting for a lock must not hold up the others.
+        let answer = |node: Arc<Node>, call: pb::TaggedTxnExecute| -> Answering<pb::TaggedTxnResult> {
+            Box::pin(async move {
+                let result = Some(run_txn_execute(&node, call.req.unwrap_or_default()).await);
+                pb::TaggedTxnResult { tag: call.tag, result }
+            })
+        };
+        Ok(Response::new(self.serve_calls(req.into_inner(), |_, _| false, answer)))
     }
 
     async fn txn_commit(&self, req: Request<pb::TxnCommitRequest>) -> Result<Response<pb::TxnCommitResponse>, Status> {
