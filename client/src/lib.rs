@@ -662,38 +662,43 @@ impl Client {
             .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
     }
 
-    /// The stream that carries transactions' operations to node `id`.
-    fn txn_link(&self, id: NodeId) -> Result<Arc<TxnLink>> {
+    /// The entry under `key` in `table` while it was made for node `id`'s current address;
+    /// otherwise a new one from `make` (given a client of that address) replaces it.
+    fn per_address<K: std::hash::Hash + Eq, T>(
+        &self,
+        table: &Mutex<HashMap<K, (String, Arc<T>)>>,
+        key: K,
+        id: NodeId,
+        make: impl FnOnce(DataNodeClient<Channel>) -> T,
+    ) -> Result<Arc<T>> {
         let map = self.map();
         let addr = map.node(id).map_or("", |n| n.addr.as_str());
-        if let Some((a, l)) = self.inner.txn_links.lock().get(&id) {
+        if let Some((a, t)) = table.lock().get(&key) {
             if a == addr {
-                return Ok(l.clone());
+                return Ok(t.clone());
             }
         }
-        let link = Arc::new(link::Link::new(id, self.node_client(id)?));
-        self.inner.txn_links.lock().insert(id, (addr.to_string(), link.clone()));
-        Ok(link)
+        let made = Arc::new(make(self.node_client(id)?));
+        table.lock().insert(key, (addr.to_string(), made.clone()));
+        Ok(made)
+    }
+
+    /// The stream that carries transactions' operations to node `id`.
+    fn txn_link(&self, id: NodeId) -> Result<Arc<TxnLink>> {
+        self.per_address(&self.inner.txn_links, id, id, |client| link::Link::new(id, client))
     }
 
     fn batcher(&self, id: NodeId, read_backup: bool) -> Result<Arc<NodeBatcher>> {
-        let map = self.map();
-        let addr = map.node(id).map_or("", |n| n.addr.as_str());
-        if let Some((a, b)) = self.inner.batchers.lock().get(&(id, read_backup)) {
-            if a == addr {
-                return Ok(b.clone());
-            }
-        }
-        let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, self.node_client(id)?));
         let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
-        let b = Arc::new(Batcher::new(
-            MAX_INFLIGHT_PER_NODE,
-            MAX_OPS_PER_REQUEST,
-            |r: &pb::BatchRequest| r.ops.len(),
-            move |reqs: Vec<pb::BatchRequest>| execute_merged(link.clone(), id, attempt, reqs),
-        ));
-        self.inner.batchers.lock().insert((id, read_backup), (addr.to_string(), b.clone()));
-        Ok(b)
+        self.per_address(&self.inner.batchers, (id, read_backup), id, |client| {
+            let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, client));
+            Batcher::new(
+                MAX_INFLIGHT_PER_NODE,
+                MAX_OPS_PER_REQUEST,
+                |r: &pb::BatchRequest| r.ops.len(),
+                move |reqs: Vec<pb::BatchRequest>| execute_merged(link.clone(), id, attempt, reqs),
+            )
+        })
     }
 
     // ----- scans -----

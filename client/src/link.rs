@@ -92,7 +92,10 @@ struct Open<C: Calls> {
 pub struct Link<C: Calls> {
     node: NodeId,
     client: DataNodeClient<Channel>,
-    open: tokio::sync::Mutex<Option<Arc<Open<C>>>>,
+    /// The stream calls go on; read by every call without waiting.
+    current: Mutex<Option<Arc<Open<C>>>>,
+    /// Held while a new stream opens, so concurrent callers open one, not one each.
+    opening: tokio::sync::Mutex<()>,
     next_tag: AtomicU64,
 }
 
@@ -115,7 +118,13 @@ impl<A> Drop for Entry<'_, A> {
 
 impl<C: Calls> Link<C> {
     pub fn new(node: NodeId, client: DataNodeClient<Channel>) -> Link<C> {
-        Link { node, client, open: tokio::sync::Mutex::new(None), next_tag: AtomicU64::new(1) }
+        Link {
+            node,
+            client,
+            current: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            next_tag: AtomicU64::new(1),
+        }
     }
 
     /// Sends one request and waits for its answer.
@@ -136,18 +145,27 @@ impl<C: Calls> Link<C> {
         answer.await.map_err(|_| broken(self.node, "the call stream broke before the answer"))
     }
 
+    /// The stream, unless there is none or it broke.
+    fn live(&self) -> Option<Arc<Open<C>>> {
+        self.current.lock().as_ref().filter(|o| !o.broken.load(Ordering::SeqCst)).cloned()
+    }
+
     /// The open stream, opening a new one if there is none or the last one broke.
     async fn stream(&self) -> Result<Arc<Open<C>>, ShoalError> {
-        let mut slot = self.open.lock().await;
-        if let Some(open) = slot.as_ref().filter(|o| !o.broken.load(Ordering::SeqCst)) {
-            return Ok(open.clone());
+        if let Some(open) = self.live() {
+            return Ok(open);
+        }
+        let _opening = self.opening.lock().await;
+        // Another caller may have opened it while this one waited.
+        if let Some(open) = self.live() {
+            return Ok(open);
         }
         let (tx, rx) = mpsc::channel(LINK_QUEUE);
         let answers =
             C::open(self.client.clone(), ReceiverStream::new(rx)).await.map_err(|s| broken(self.node, s.message()))?;
         let open = Arc::new(Open { tx, waiting: Default::default(), broken: Default::default() });
         tokio::spawn(read_answers::<C>(self.node, answers, open.waiting.clone(), open.broken.clone()));
-        *slot = Some(open.clone());
+        *self.current.lock() = Some(open.clone());
         Ok(open)
     }
 }

@@ -89,6 +89,8 @@ struct PartTxn {
     /// The epoch of the PREPARE that holds this part's writes in the partition's count of
     /// prepared transactions (released when the transaction ends).
     held_at: Option<u64>,
+    /// Taken over from a deposed primary's kept images (`adopt_prepared`): its fate is logged.
+    taken_over: bool,
 }
 
 struct TxnState {
@@ -292,6 +294,7 @@ async fn execute_one(
         locked: vec![],
         writes: BTreeMap::new(),
         held_at: None,
+        taken_over: false,
     });
     if let Some(mode) = mode {
         let max = node.txns.limits.max_locks;
@@ -454,9 +457,8 @@ pub async fn commit(
         }
         let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
         // Rare, and what a failure analysis needs: the fate of a taken-over transaction.
-        if pt.writes.values().any(|p| p.base.is_some()) {
-            let moved = pa.primary != Some(node.id) || pa.primary_term != pt.term;
-            tracing::info!(txn = format!("{txn:x}"), partition, moved, "committing a taken-over transaction");
+        if pt.taken_over {
+            tracing::info!(txn = format!("{txn:x}"), partition, "committing a taken-over transaction");
         }
         if one_phase && map.table_by_id(table).is_none_or(|t| t.read_only) {
             return Err(aborted("the table is being altered (or was dropped) since the transaction wrote to it"));
@@ -528,7 +530,7 @@ pub async fn commit(
 pub async fn abort(node: &Arc<Node>, txn: u64) {
     let Some((state, mut st)) = node.txns.locked(txn).await else { return };
     for (&(_, partition), pt) in &st.parts {
-        if pt.writes.values().any(|p| p.base.is_some()) {
+        if pt.taken_over {
             tracing::info!(txn = format!("{txn:x}"), partition, "aborting a taken-over transaction");
         }
     }
@@ -568,8 +570,10 @@ pub async fn adopt_prepared(node: &Arc<Node>, partition: PartitionId, term: u64)
             locked: vec![],
             writes: BTreeMap::new(),
             held_at: None,
+            taken_over: false,
         });
         pt.term = term;
+        pt.taken_over = true;
         for img in k.images {
             // Nobody else can hold these rows yet: the partition is not serving.
             if part.lock_for(&img.key, txn, LockMode::Exclusive, Duration::from_secs(1)).await.unwrap_or(false) {
