@@ -147,8 +147,8 @@ struct Inner {
     nodes: Mutex<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
     /// Key-operation batchers per (data node, read-backup).
     batchers: Mutex<HashMap<(NodeId, bool), AddressedBatcher>>,
-    /// Transactions' operation calls per data node (and the address they go to).
-    txn_links: Mutex<HashMap<NodeId, (String, Arc<TxnLink>)>>,
+    /// Transactions' call streams per data node (and the address they go to).
+    txn_links: Mutex<HashMap<NodeId, (String, Arc<TxnLinks>)>>,
     opts: ClientOptions,
     /// Hidden primary keys: a random prefix per client and a counter.
     hidden_prefix: u64,
@@ -683,9 +683,12 @@ impl Client {
         Ok(made)
     }
 
-    /// The stream that carries transactions' operations to node `id`.
-    fn txn_link(&self, id: NodeId) -> Result<Arc<TxnLink>> {
-        self.per_address(&self.inner.txn_links, id, id, |client| link::Link::new(id, client))
+    /// The streams that carry transactions' operations and commits to node `id`.
+    fn txn_links(&self, id: NodeId) -> Result<Arc<TxnLinks>> {
+        self.per_address(&self.inner.txn_links, id, id, |client| TxnLinks {
+            execute: link::Link::new(id, client.clone()),
+            commit: link::Link::new(id, client),
+        })
     }
 
     fn batcher(&self, id: NodeId, read_backup: bool) -> Result<Arc<NodeBatcher>> {
@@ -834,7 +837,11 @@ impl Client {
     }
 }
 
-type TxnLink = link::Link<link::TxnExecuteCalls>;
+/// A node's streams for transactions: operations, and commits (where it coordinates).
+struct TxnLinks {
+    execute: link::Link<link::TxnExecuteCalls>,
+    commit: link::Link<link::TxnCommitCalls>,
+}
 type NodeBatcher = Batcher<pb::BatchRequest, Result<Vec<pb::OpResult>>>;
 /// A batcher and the node address it sends to.
 type AddressedBatcher = (String, Arc<NodeBatcher>);

@@ -1,5 +1,6 @@
 //! A long-lived call stream to one data node (`ExecuteStream` for key operations,
-//! `ReplicateStream` for replication): requests go out as tagged messages on one HTTP/2 stream
+//! `TxnExecuteStream`/`TxnCommitStream` for transactions, `ReplicateStream` and
+//! `TxnControlStream` between data nodes): requests go out as tagged messages on one HTTP/2 stream
 //! and their answers come back as they finish. A unary call costs a whole HTTP/2 request
 //! (headers, trailers, a new stream, a hop through the channel's buffer task) — in profiles,
 //! half of a SQL node's CPU per point select.
@@ -77,6 +78,28 @@ impl Calls for TxnExecuteCalls {
         out: ReceiverStream<pb::TaggedTxnExecute>,
     ) -> Opening<pb::TaggedTxnResult> {
         Box::pin(async move { client.txn_execute_stream(out).await.map(|r| r.into_inner()) })
+    }
+}
+
+/// Commits and rollbacks sent to a transaction's coordinator (`TxnCommitStream`).
+pub struct TxnCommitCalls;
+
+impl Calls for TxnCommitCalls {
+    type Request = pb::TxnCommitRequest;
+    type Answer = pb::TxnCommitResponse;
+    type Out = pb::TaggedTxnCommit;
+    type In = pb::TaggedTxnCommitResult;
+    fn tag(tag: u64, req: pb::TxnCommitRequest) -> pb::TaggedTxnCommit {
+        pb::TaggedTxnCommit { tag, req: Some(req) }
+    }
+    fn untag(got: pb::TaggedTxnCommitResult) -> (u64, pb::TxnCommitResponse) {
+        (got.tag, got.result.unwrap_or_default())
+    }
+    fn open(
+        mut client: DataNodeClient<Channel>,
+        out: ReceiverStream<pb::TaggedTxnCommit>,
+    ) -> Opening<pb::TaggedTxnCommitResult> {
+        Box::pin(async move { client.txn_commit_stream(out).await.map(|r| r.into_inner()) })
     }
 }
 

@@ -234,8 +234,8 @@ impl Transaction {
                         locks: items.iter().map(|(_, _, l, _, _, _)| *l).collect(),
                         held_terms: items.iter().map(|(_, _, _, _, _, t)| *t).collect(),
                     };
-                    let resp = match client.txn_link(node) {
-                        Ok(link) => link.call(req).await,
+                    let resp = match client.txn_links(node) {
+                        Ok(links) => links.execute.call(req).await,
                         Err(e) => Err(e),
                     };
                     (items, resp)
@@ -322,20 +322,18 @@ impl Transaction {
         };
         // The coordinator must be the node that ran the first operations (it is their
         // participant too); if it is gone, the transaction is gone with it.
-        let mut c = self.client.node_client(tc)?;
+        let links = self.client.txn_links(tc)?;
         let timeout = self.client.inner.opts.deadline;
-        let resp = match tokio::time::timeout(timeout, c.txn_commit(req)).await {
+        let resp = match tokio::time::timeout(timeout, links.commit.call(req)).await {
             Err(_) => {
                 return Err(ShoalError::new(ErrorCode::Timeout, "no answer from the coordinator: outcome unknown"))
             }
-            Ok(Err(s)) => {
-                return Err(if rollback {
-                    ShoalError::new(ErrorCode::NodeNotReady, s.message().to_string())
-                } else {
-                    ShoalError::new(ErrorCode::Timeout, format!("coordinator {tc}: {}; outcome unknown", s.message()))
-                })
+            // The request may have reached the coordinator before the stream broke.
+            Ok(Err(e)) if !rollback => {
+                return Err(ShoalError::new(ErrorCode::Timeout, format!("{}; outcome unknown", e.message)))
             }
-            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(e)) => return Err(e),
+            Ok(Ok(r)) => r,
         };
         check(resp.error)?;
         Ok(resp.gci)

@@ -66,7 +66,9 @@ const STREAM_QUEUE: usize = 256;
 /// Batches of one ExecuteStream running at once; more wait (back-pressure on the caller).
 const STREAM_INFLIGHT: usize = 256;
 
-/// Runs a transaction's operations (unary TxnExecute, or one call on a TxnExecuteStream).
+/// Runs a transaction's operations (unary TxnExecute, or one call on a TxnExecuteStream). The
+/// caller runs it in a task of its own: locks taken must be recorded even if the client goes
+/// away.
 async fn run_txn_execute(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> pb::TxnExecuteResponse {
     let failed =
         |e: ShoalError| pb::TxnExecuteResponse { error: Some(e.into()), results: vec![], holds: vec![], terms: vec![] };
@@ -100,13 +102,7 @@ async fn run_txn_execute(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> pb::Tx
     if !bad.is_empty() {
         return failed(ShoalError::new(ErrorCode::InvalidArgument, format!("unknown lock mode at operations {bad:?}")));
     }
-    // In its own task: locks taken must be recorded even if the caller goes away.
-    let task_node = node.clone();
-    let (txn, tc) = (req.txn_id, req.tc);
-    let results = match tokio::spawn(async move { crate::txn::execute(&task_node, txn, tc, ops).await }).await {
-        Ok(r) => r,
-        Err(e) => return failed(ShoalError::internal(format!("transaction task failed: {e}"))),
-    };
+    let results = crate::txn::execute(node, req.txn_id, req.tc, ops).await;
     let holds = results.iter().map(|(_, h)| h.is_some()).collect();
     let terms = results.iter().map(|(_, h)| h.unwrap_or(0)).collect();
     pb::TxnExecuteResponse {
@@ -127,6 +123,21 @@ async fn apply_replicated(node: &Arc<Node>, parts: Vec<pb::ReplicateRequest>) ->
         results.push(pb::ReplicateResponse { error });
     }
     pb::ReplicateBatchResponse { results }
+}
+
+/// Runs one step of a transaction's commit protocol sent by a coordinator (or, for OUTCOME, a
+/// participant asking a dead coordinator's peer).
+async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::TxnControlResponse {
+    if let Err(e) = node.ensure_epoch(req.epoch).await {
+        return pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 };
+    }
+    let phase = pb::TxnPhase::try_from(req.phase).unwrap_or_default();
+    let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
+    match crate::txn::handle_control(node, phase, req.txn_id, req.tc, req.gci, &parts, req.one_phase).await {
+        Ok(Some(gci)) => pb::TxnControlResponse { error: None, committed: true, gci },
+        Ok(None) => pb::TxnControlResponse { error: None, committed: false, gci: 0 },
+        Err(e) => pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 },
+    }
 }
 
 /// An operation's outcome (the row of a read) and the GCI of a write.
@@ -364,7 +375,11 @@ impl DataNode for Service {
         &self,
         req: Request<pb::TxnExecuteRequest>,
     ) -> Result<Response<pb::TxnExecuteResponse>, Status> {
-        Ok(Response::new(run_txn_execute(&self.node, req.into_inner()).await))
+        let node = self.node.clone();
+        let answer = tokio::spawn(async move { run_txn_execute(&node, req.into_inner()).await })
+            .await
+            .map_err(|e| Status::internal(format!("transaction task failed: {e}")))?;
+        Ok(Response::new(answer))
     }
 
     type TxnExecuteStreamStream = BoxStream<pb::TaggedTxnResult>;
@@ -383,41 +398,43 @@ impl DataNode for Service {
         Ok(Response::new(self.serve_calls(req.into_inner(), |_, _| false, answer)))
     }
 
-    async fn txn_commit(&self, req: Request<pb::TxnCommitRequest>) -> Result<Response<pb::TxnCommitResponse>, Status> {
-        let req = req.into_inner();
-        let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-        let node = self.node.clone();
-        // The decision must be carried out even if the client hangs up.
-        let r = tokio::spawn(async move { crate::txn::commit_as_tc(&node, req.txn_id, parts, req.rollback).await })
-            .await
-            .map_err(|e| Status::internal(format!("commit task failed: {e}")))?;
-        Ok(Response::new(match r {
-            Ok(gci) => pb::TxnCommitResponse { error: None, gci },
-            Err(e) => pb::TxnCommitResponse { error: Some(e.into()), gci: 0 },
-        }))
+    type TxnCommitStreamStream = BoxStream<pb::TaggedTxnCommitResult>;
+
+    async fn txn_commit_stream(
+        &self,
+        req: Request<tonic::Streaming<pb::TaggedTxnCommit>>,
+    ) -> Result<Response<Self::TxnCommitStreamStream>, Status> {
+        // Each in its own task, which runs to the end even if the client hangs up: a decision
+        // must be carried out.
+        let answer = |node: Arc<Node>, call: pb::TaggedTxnCommit| -> Answering<pb::TaggedTxnCommitResult> {
+            Box::pin(async move {
+                let req = call.req.unwrap_or_default();
+                let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
+                let result = match crate::txn::commit_as_tc(&node, req.txn_id, parts, req.rollback).await {
+                    Ok(gci) => pb::TxnCommitResponse { error: None, gci },
+                    Err(e) => pb::TxnCommitResponse { error: Some(e.into()), gci: 0 },
+                };
+                pb::TaggedTxnCommitResult { tag: call.tag, result: Some(result) }
+            })
+        };
+        Ok(Response::new(self.serve_calls(req.into_inner(), |_, _| false, answer)))
     }
 
-    async fn txn_control(
+    type TxnControlStreamStream = BoxStream<pb::TaggedTxnControlResult>;
+
+    async fn txn_control_stream(
         &self,
-        req: Request<pb::TxnControlRequest>,
-    ) -> Result<Response<pb::TxnControlResponse>, Status> {
-        let req = req.into_inner();
-        if let Err(e) = self.node.ensure_epoch(req.epoch).await {
-            return Ok(Response::new(pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 }));
-        }
-        let phase = pb::TxnPhase::try_from(req.phase).unwrap_or_default();
-        let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-        let node = self.node.clone();
-        let r = tokio::spawn(async move {
-            crate::txn::handle_control(&node, phase, req.txn_id, req.tc, req.gci, &parts, req.one_phase).await
-        })
-        .await
-        .map_err(|e| Status::internal(format!("transaction step failed: {e}")))?;
-        Ok(Response::new(match r {
-            Ok(Some(gci)) => pb::TxnControlResponse { error: None, committed: true, gci },
-            Ok(None) => pb::TxnControlResponse { error: None, committed: false, gci: 0 },
-            Err(e) => pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 },
-        }))
+        req: Request<tonic::Streaming<pb::TaggedTxnControl>>,
+    ) -> Result<Response<Self::TxnControlStreamStream>, Status> {
+        // Each in its own task: PREPARE and COMMIT wait for the backups, and a step once begun
+        // runs to the end even if the coordinator goes away.
+        let answer = |node: Arc<Node>, call: pb::TaggedTxnControl| -> Answering<pb::TaggedTxnControlResult> {
+            Box::pin(async move {
+                let result = Some(run_txn_control(&node, call.req.unwrap_or_default()).await);
+                pb::TaggedTxnControlResult { tag: call.tag, result }
+            })
+        };
+        Ok(Response::new(self.serve_calls(req.into_inner(), |_, _| false, answer)))
     }
 
     async fn gcp(&self, req: Request<pb::GcpRequest>) -> Result<Response<pb::GcpResponse>, Status> {

@@ -162,6 +162,8 @@ struct Peer {
     client: DataNodeClient<Channel>,
     /// Merges concurrent writes' replication to this peer into one request.
     replicate: Arc<ReplicateBatcher>,
+    /// Transaction steps sent to this peer.
+    control: Link<TxnControlCalls>,
 }
 
 /// Peers over gRPC: one lazily connected channel per peer, kept while its address holds.
@@ -202,6 +204,28 @@ impl Calls for ReplicateCalls {
     }
 }
 
+/// Transaction steps (`TxnControlStream`).
+struct TxnControlCalls;
+
+impl Calls for TxnControlCalls {
+    type Request = pb::TxnControlRequest;
+    type Answer = pb::TxnControlResponse;
+    type Out = pb::TaggedTxnControl;
+    type In = pb::TaggedTxnControlResult;
+    fn tag(tag: u64, req: pb::TxnControlRequest) -> pb::TaggedTxnControl {
+        pb::TaggedTxnControl { tag, req: Some(req) }
+    }
+    fn untag(got: pb::TaggedTxnControlResult) -> (u64, pb::TxnControlResponse) {
+        (got.tag, got.result.unwrap_or_default())
+    }
+    fn open(
+        mut client: DataNodeClient<Channel>,
+        out: tokio_stream::wrappers::ReceiverStream<pb::TaggedTxnControl>,
+    ) -> Opening<pb::TaggedTxnControlResult> {
+        Box::pin(async move { client.txn_control_stream(out).await.map(|r| r.into_inner()) })
+    }
+}
+
 async fn replicate_merged(
     link: Arc<Link<ReplicateCalls>>,
     to: NodeId,
@@ -231,11 +255,10 @@ impl Transport for GrpcTransport {
     fn txn_control(&self, to: NodeId, req: pb::TxnControlRequest) -> BoxFuture<Result<Option<u64>, ShoalError>> {
         let peer = self.peer(to);
         Box::pin(async move {
-            let mut client = peer?.client.clone();
-            let call = tokio::time::timeout(TXN_CONTROL_TIMEOUT, client.txn_control(req));
-            let resp = match call.await {
+            let peer = peer?;
+            let resp = match tokio::time::timeout(TXN_CONTROL_TIMEOUT, peer.control.call(req)).await {
                 Err(_) => return Err(unreachable(to, "no answer")),
-                Ok(r) => r.map_err(|s| unreachable(to, s.message()))?.into_inner(),
+                Ok(r) => r?,
             };
             shoal_proto::convert::check(resp.error)?;
             Ok(resp.committed.then_some(resp.gci))
@@ -301,7 +324,8 @@ impl Transport for GrpcTransport {
                         |_: &Replicate| 1,
                         move |msgs| replicate_merged(link.clone(), to, msgs),
                     ));
-                    peers.insert(n.id, Arc::new(Peer { addr: n.addr.clone(), client, replicate }));
+                    let control = Link::new(to, client.clone());
+                    peers.insert(n.id, Arc::new(Peer { addr: n.addr.clone(), client, replicate, control }));
                 }
                 Err(e) => tracing::warn!(node = n.id, addr = %n.addr, "bad peer address: {e}"),
             }
