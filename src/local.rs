@@ -82,6 +82,11 @@ impl LocalCluster {
         for i in 1..=layout.mgmds {
             mgmd.push(MgmdConfig { id: i, addr: port(i - 1)?, data_dir: format!("mgmd-{i}") });
         }
+        // Every node of a local cluster shares this machine's cores: each data node gets its
+        // share (at least one thread), each SQL node at least two (it parses, plans and talks
+        // to both its clients and the data nodes, and one thread made it the bottleneck).
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as u32;
+        let share = cores / (layout.node_groups * layout.replicas + layout.sql_nodes).max(1);
         let mut datanode = vec![];
         for g in 0..layout.node_groups {
             for r in 0..layout.replicas {
@@ -93,11 +98,12 @@ impl LocalCluster {
                     node_group: g,
                     data_dir: format!("datanode-{id}"),
                     data_memory_mb: 1024,
+                    threads: share.max(1),
                 });
             }
         }
         let sqlnode = (0..layout.sql_nodes)
-            .map(|i| Ok(SqlNodeConfig { id: 51 + i, mysql_addr: port(30 + i)? }))
+            .map(|i| Ok(SqlNodeConfig { id: 51 + i, mysql_addr: port(30 + i)?, threads: share.max(2) }))
             .collect::<Result<Vec<_>>>()?;
         let config = ClusterConfig {
             cluster: ClusterSection {

@@ -57,7 +57,13 @@ pub fn main_entry() {
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    // A config that cannot be read fails in `run`, with the reason.
+    let threads = ClusterConfig::load(&args.config)
+        .ok()
+        .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| d.threads))
+        .unwrap_or(0);
+    let workers = shoal_proto::config::worker_threads(threads);
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shoal-datanode: cannot start runtime: {e}");

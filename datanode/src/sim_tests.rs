@@ -89,6 +89,7 @@ impl Sim {
                     node_group: 0,
                     data_dir: "d".into(),
                     data_memory_mb: 64,
+                    threads: 0,
                 })
                 .collect(),
             sqlnode: vec![],

@@ -821,6 +821,7 @@ mod tests {
                     node_group: g,
                     data_dir: format!("dn-{id}"),
                     data_memory_mb: 64,
+                    threads: 0,
                 });
             }
         }

@@ -56,6 +56,7 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
                 node_group: 0,
                 data_dir: format!("dn-{id}"),
                 data_memory_mb: 16,
+                threads: 0,
             })
             .collect(),
         sqlnode: vec![],

@@ -148,6 +148,9 @@ pub struct DataNodeConfig {
     /// Memory for rows and keys; a full node answers TABLE_FULL.
     #[serde(default = "default_data_memory_mb")]
     pub data_memory_mb: u64,
+    /// Worker threads of the node's runtime (0: one per CPU core). See [`worker_threads`].
+    #[serde(default)]
+    pub threads: u32,
 }
 
 /// A stateless SQL node: MySQL protocol in front of the cluster.
@@ -157,10 +160,24 @@ pub struct SqlNodeConfig {
     pub id: NodeId,
     /// host:port where it speaks the MySQL protocol.
     pub mysql_addr: String,
+    /// Worker threads of the node's runtime (0: one per CPU core). See [`worker_threads`].
+    #[serde(default)]
+    pub threads: u32,
 }
 
 fn default_data_memory_mb() -> u64 {
     1024
+}
+
+/// The worker threads a node runs with `threads` configured: that many, or one per CPU core for
+/// 0. Nodes that share a machine do better with fewer: a data node's work per call is small, and
+/// with more threads than its share of the cores, handing calls between its threads (a futex
+/// wake-up each) cost more than the calls themselves (benchmarks.md, "worker threads").
+pub fn worker_threads(threads: u32) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n as usize,
+    }
 }
 
 /// Environment variable naming the host a node listens on instead of the host of its configured

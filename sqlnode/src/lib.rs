@@ -49,8 +49,13 @@ pub fn main_entry() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
+    // A config that cannot be read fails in `run`, with the reason.
+    let threads = ClusterConfig::load(&args.config)
+        .ok()
+        .and_then(|c| c.sqlnode.iter().find(|s| s.id == args.id).map(|s| s.threads))
+        .unwrap_or(0);
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(shoal_proto::config::worker_threads(threads))
         .thread_stack_size(sql::parse::WORKER_STACK_BYTES)
         .enable_all()
         .build()

@@ -306,6 +306,7 @@ mod tests {
                 node_group: 0,
                 data_dir: "d".into(),
                 data_memory_mb: 1,
+                threads: 0,
             }],
             sqlnode: vec![],
         }
