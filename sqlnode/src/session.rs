@@ -138,7 +138,7 @@ pub struct Session {
     pub wrote_in_transaction: bool,
     /// The client asked for "found rows" instead of "changed rows" in UPDATE counts.
     pub client_found_rows: bool,
-    pub prepared: HashMap<u32, Prepared>,
+    pub prepared: HashMap<u32, Arc<Prepared>>,
     next_statement: u32,
 }
 
@@ -308,7 +308,26 @@ impl Session {
             return Err(SqlError::from_cluster(&e));
         }
         self.command = command_of(sql);
-        let out = match parse::classify(sql)? {
+        // Queries and DML (nearly every statement) go straight to sqlparser: the admin
+        // statements and CREATE TABLE … PARTITION BY that `classify` and
+        // `split_partition_by` look for (each tokenizing the text once more) start otherwise.
+        let out = if parse::is_query_or_dml(sql) {
+            let stmt = parse::parse_one(sql)?;
+            self.statement(stmt, sql).await
+        } else {
+            self.other(sql).await
+        };
+        if let Ok(Outcome::Done { affected, .. }) = &out {
+            self.row_count = *affected as i64;
+        } else if out.is_ok() {
+            self.row_count = -1;
+        }
+        out
+    }
+
+    /// A statement that is not a query or DML: admin statements, DDL, EXPLAIN, ...
+    async fn other(&mut self, sql: &str) -> SqlResult<Outcome> {
+        match parse::classify(sql)? {
             Some(admin) => self.admin(admin).await,
             None => match parse::split_partition_by(sql)? {
                 // CREATE TABLE … PARTITION BY KEY (cols): sqlparser takes the rest.
@@ -321,13 +340,7 @@ impl Session {
                     self.statement(stmt, sql).await
                 }
             },
-        };
-        if let Ok(Outcome::Done { affected, .. }) = &out {
-            self.row_count = *affected as i64;
-        } else if out.is_ok() {
-            self.row_count = -1;
         }
-        out
     }
 
     async fn statement(&mut self, stmt: Statement, sql: &str) -> SqlResult<Outcome> {
@@ -749,7 +762,7 @@ impl Session {
         let id = self.next_statement;
         self.next_statement = self.next_statement.wrapping_add(1).max(1);
         let n = placeholders.len();
-        self.prepared.insert(id, Prepared { sql: sql.to_string(), placeholders, point });
+        self.prepared.insert(id, Arc::new(Prepared { sql: sql.to_string(), placeholders, point }));
         Ok((id, n, columns))
     }
 

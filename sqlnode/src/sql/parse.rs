@@ -209,6 +209,15 @@ impl Cursor {
     }
 }
 
+/// The statement starts with SELECT, INSERT, UPDATE, DELETE, REPLACE or WITH (after
+/// whitespace; a leading comment does not count): none of those is one `classify` handles.
+pub fn is_query_or_dml(sql: &str) -> bool {
+    let s = sql.trim_start();
+    let end = s.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let first = &s[..end];
+    ["SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH"].iter().any(|k| first.eq_ignore_ascii_case(k))
+}
+
 /// Recognizes the statements this module handles itself; None means "give it to sqlparser".
 pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
     if crate::sql::account::is_account_statement(sql) {
@@ -656,6 +665,26 @@ pub fn substitute(sql: &str, at: &[usize], params: &[Val]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queries_and_dml_skip_classify_and_none_of_them_is_an_admin_statement() {
+        for sql in [
+            "SELECT 1",
+            "  select c from t where id=?",
+            "Insert into t values (1)",
+            "UPDATE t SET a=1",
+            "delete from t",
+            "REPLACE INTO t VALUES (1)",
+            "WITH x AS (SELECT 1) SELECT * FROM x",
+            "\nselect\t1",
+        ] {
+            assert!(is_query_or_dml(sql), "{sql}");
+            assert_eq!(classify(sql).unwrap(), None, "{sql}");
+        }
+        for sql in ["SET autocommit=0", "selected", "/* c */ SELECT 1", "(SELECT 1)", "SHOW TABLES", "BEGIN", ""] {
+            assert!(!is_query_or_dml(sql), "{sql}");
+        }
+    }
 
     #[test]
     fn admin_statements() {
