@@ -40,68 +40,55 @@ pub trait Calls: Send + Sync + 'static {
 pub type Opening<In> = Pin<Box<dyn Future<Output = Result<tonic::Streaming<In>, tonic::Status>> + Send>>;
 type ReceiverStream<T> = tokio_stream::wrappers::ReceiverStream<T>;
 
-/// Key-operation batches (`ExecuteStream`).
-pub struct ExecuteCalls;
+/// Declares a kind of call stream: the request and answer types, the tagged messages that
+/// carry them (the request in field `$field`, the answer in `result`), and the streaming RPC.
+macro_rules! call_kind {
+    ($(#[$doc:meta])* $name:ident: $req:ty => $answer:ty, $out:ident { $field:ident }, $in:ident, $rpc:ident) => {
+        $(#[$doc])*
+        pub struct $name;
 
-impl Calls for ExecuteCalls {
-    type Request = pb::BatchRequest;
-    type Answer = pb::BatchResponse;
-    type Out = pb::TaggedBatch;
-    type In = pb::TaggedResult;
-    fn tag(tag: u64, batch: pb::BatchRequest) -> pb::TaggedBatch {
-        pb::TaggedBatch { tag, batch: Some(batch) }
-    }
-    fn untag(got: pb::TaggedResult) -> (u64, pb::BatchResponse) {
-        (got.tag, got.result.unwrap_or_default())
-    }
-    fn open(mut client: DataNodeClient<Channel>, out: ReceiverStream<pb::TaggedBatch>) -> Opening<pb::TaggedResult> {
-        Box::pin(async move { client.execute_stream(out).await.map(|r| r.into_inner()) })
-    }
+        impl Calls for $name {
+            type Request = $req;
+            type Answer = $answer;
+            type Out = pb::$out;
+            type In = pb::$in;
+            fn tag(tag: u64, req: $req) -> pb::$out {
+                pb::$out { tag, $field: Some(req) }
+            }
+            fn untag(got: pb::$in) -> (u64, $answer) {
+                (got.tag, got.result.unwrap_or_default())
+            }
+            fn open(mut client: DataNodeClient<Channel>, out: ReceiverStream<pb::$out>) -> Opening<pb::$in> {
+                Box::pin(async move { client.$rpc(out).await.map(|r| r.into_inner()) })
+            }
+        }
+    };
 }
 
-/// Transactions' operations (`TxnExecuteStream`).
-pub struct TxnExecuteCalls;
-
-impl Calls for TxnExecuteCalls {
-    type Request = pb::TxnExecuteRequest;
-    type Answer = pb::TxnExecuteResponse;
-    type Out = pb::TaggedTxnExecute;
-    type In = pb::TaggedTxnResult;
-    fn tag(tag: u64, req: pb::TxnExecuteRequest) -> pb::TaggedTxnExecute {
-        pb::TaggedTxnExecute { tag, req: Some(req) }
-    }
-    fn untag(got: pb::TaggedTxnResult) -> (u64, pb::TxnExecuteResponse) {
-        (got.tag, got.result.unwrap_or_default())
-    }
-    fn open(
-        mut client: DataNodeClient<Channel>,
-        out: ReceiverStream<pb::TaggedTxnExecute>,
-    ) -> Opening<pb::TaggedTxnResult> {
-        Box::pin(async move { client.txn_execute_stream(out).await.map(|r| r.into_inner()) })
-    }
-}
-
-/// Commits and rollbacks sent to a transaction's coordinator (`TxnCommitStream`).
-pub struct TxnCommitCalls;
-
-impl Calls for TxnCommitCalls {
-    type Request = pb::TxnCommitRequest;
-    type Answer = pb::TxnCommitResponse;
-    type Out = pb::TaggedTxnCommit;
-    type In = pb::TaggedTxnCommitResult;
-    fn tag(tag: u64, req: pb::TxnCommitRequest) -> pb::TaggedTxnCommit {
-        pb::TaggedTxnCommit { tag, req: Some(req) }
-    }
-    fn untag(got: pb::TaggedTxnCommitResult) -> (u64, pb::TxnCommitResponse) {
-        (got.tag, got.result.unwrap_or_default())
-    }
-    fn open(
-        mut client: DataNodeClient<Channel>,
-        out: ReceiverStream<pb::TaggedTxnCommit>,
-    ) -> Opening<pb::TaggedTxnCommitResult> {
-        Box::pin(async move { client.txn_commit_stream(out).await.map(|r| r.into_inner()) })
-    }
-}
+call_kind!(
+    /// Key-operation batches (`ExecuteStream`).
+    ExecuteCalls: pb::BatchRequest => pb::BatchResponse, TaggedBatch { batch }, TaggedResult, execute_stream
+);
+call_kind!(
+    /// Transactions' operations (`TxnExecuteStream`).
+    TxnExecuteCalls: pb::TxnExecuteRequest => pb::TxnExecuteResponse, TaggedTxnExecute { req }, TaggedTxnResult,
+    txn_execute_stream
+);
+call_kind!(
+    /// Commits and rollbacks sent to a transaction's coordinator (`TxnCommitStream`).
+    TxnCommitCalls: pb::TxnCommitRequest => pb::TxnCommitResponse, TaggedTxnCommit { req }, TaggedTxnCommitResult,
+    txn_commit_stream
+);
+call_kind!(
+    /// Replication batches, primary -> replica (`ReplicateStream`).
+    ReplicateCalls: pb::ReplicateBatchRequest => pb::ReplicateBatchResponse, TaggedReplicate { batch },
+    TaggedReplicateResult, replicate_stream
+);
+call_kind!(
+    /// A coordinator's commit steps sent to participants and group peers (`TxnControlStream`).
+    TxnControlCalls: pb::TxnControlRequest => pb::TxnControlResponse, TaggedTxnControl { req },
+    TaggedTxnControlResult, txn_control_stream
+);
 
 type Waiting<A> = Mutex<HashMap<u64, oneshot::Sender<A>>>;
 

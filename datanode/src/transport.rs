@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use shoal_client::link::{Calls, Link, Opening};
+use shoal_client::link::{Link, ReplicateCalls, TxnControlCalls};
 use shoal_client::Batcher;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, PartitionId, ShoalError, TableId};
@@ -182,50 +182,6 @@ impl GrpcTransport {
             .get(&id)
             .cloned()
             .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, format!("no address for node {id}")))
-    }
-}
-
-/// Replication batches (`ReplicateStream`).
-struct ReplicateCalls;
-
-impl Calls for ReplicateCalls {
-    type Request = pb::ReplicateBatchRequest;
-    type Answer = pb::ReplicateBatchResponse;
-    type Out = pb::TaggedReplicate;
-    type In = pb::TaggedReplicateResult;
-    fn tag(tag: u64, batch: pb::ReplicateBatchRequest) -> pb::TaggedReplicate {
-        pb::TaggedReplicate { tag, batch: Some(batch) }
-    }
-    fn untag(got: pb::TaggedReplicateResult) -> (u64, pb::ReplicateBatchResponse) {
-        (got.tag, got.result.unwrap_or_default())
-    }
-    fn open(
-        mut client: DataNodeClient<Channel>,
-        out: tokio_stream::wrappers::ReceiverStream<pb::TaggedReplicate>,
-    ) -> Opening<pb::TaggedReplicateResult> {
-        Box::pin(async move { client.replicate_stream(out).await.map(|r| r.into_inner()) })
-    }
-}
-
-/// Transaction steps (`TxnControlStream`).
-struct TxnControlCalls;
-
-impl Calls for TxnControlCalls {
-    type Request = pb::TxnControlRequest;
-    type Answer = pb::TxnControlResponse;
-    type Out = pb::TaggedTxnControl;
-    type In = pb::TaggedTxnControlResult;
-    fn tag(tag: u64, req: pb::TxnControlRequest) -> pb::TaggedTxnControl {
-        pb::TaggedTxnControl { tag, req: Some(req) }
-    }
-    fn untag(got: pb::TaggedTxnControlResult) -> (u64, pb::TxnControlResponse) {
-        (got.tag, got.result.unwrap_or_default())
-    }
-    fn open(
-        mut client: DataNodeClient<Channel>,
-        out: tokio_stream::wrappers::ReceiverStream<pb::TaggedTxnControl>,
-    ) -> Opening<pb::TaggedTxnControlResult> {
-        Box::pin(async move { client.txn_control_stream(out).await.map(|r| r.into_inner()) })
     }
 }
 
