@@ -125,6 +125,15 @@ async fn apply_replicated(node: &Arc<Node>, parts: Vec<pb::ReplicateRequest>) ->
     pb::ReplicateBatchResponse { results }
 }
 
+/// Commits or rolls back a transaction this node coordinates.
+async fn run_txn_commit(node: &Arc<Node>, req: pb::TxnCommitRequest) -> pb::TxnCommitResponse {
+    let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
+    match crate::txn::commit_as_tc(node, req.txn_id, parts, req.rollback).await {
+        Ok(gci) => pb::TxnCommitResponse { error: None, gci },
+        Err(e) => pb::TxnCommitResponse { error: Some(e.into()), gci: 0 },
+    }
+}
+
 /// Runs one step of a transaction's commit protocol sent by a coordinator (or, for OUTCOME, a
 /// participant asking a dead coordinator's peer).
 async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::TxnControlResponse {
@@ -408,13 +417,8 @@ impl DataNode for Service {
         // must be carried out.
         let answer = |node: Arc<Node>, call: pb::TaggedTxnCommit| -> Answering<pb::TaggedTxnCommitResult> {
             Box::pin(async move {
-                let req = call.req.unwrap_or_default();
-                let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-                let result = match crate::txn::commit_as_tc(&node, req.txn_id, parts, req.rollback).await {
-                    Ok(gci) => pb::TxnCommitResponse { error: None, gci },
-                    Err(e) => pb::TxnCommitResponse { error: Some(e.into()), gci: 0 },
-                };
-                pb::TaggedTxnCommitResult { tag: call.tag, result: Some(result) }
+                let result = Some(run_txn_commit(&node, call.req.unwrap_or_default()).await);
+                pb::TaggedTxnCommitResult { tag: call.tag, result }
             })
         };
         Ok(Response::new(self.serve_calls(req.into_inner(), |_, _| false, answer)))
