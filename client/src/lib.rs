@@ -177,6 +177,18 @@ struct Prepared {
     is_read: bool,
 }
 
+/// A read's answer as a row: decoded with the layout of the table the read was routed by
+/// (`table_id`); a table id's columns never change, so any map that still holds it will do.
+fn row_of(map: &ClusterState, table_id: Option<u32>, found: bool, data: &[u8]) -> Result<Option<Row>> {
+    if !found {
+        return Ok(None);
+    }
+    let table = table_id
+        .and_then(|id| map.table_by_id(id))
+        .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, "the table read was dropped"))?;
+    codec::decode_row(table, data).map(Some)
+}
+
 impl Client {
     /// Connects to the cluster through any of its mgmd nodes.
     pub async fn connect(mgmd_addrs: &[String]) -> Result<Client> {
@@ -542,7 +554,7 @@ impl Client {
                             match check(r.error) {
                                 Ok(()) => {
                                     gcis[i] = r.gci;
-                                    out[i] = Some(Ok(r.found.then(|| values_from_pb(r.row))));
+                                    out[i] = Some(row_of(&map, pinned[i], r.found, &r.row_data));
                                 }
                                 Err(e) if e.is_retriable() => {
                                     saw_newer_epoch |= e.current_epoch > map.epoch;

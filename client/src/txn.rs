@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use shoal_proto::convert::{check, values_from_pb};
+use shoal_proto::convert::check;
 use shoal_proto::pb;
 use shoal_proto::{ErrorCode, NodeId, PartitionId, ShoalError, TableId};
 
@@ -250,7 +250,7 @@ impl Transaction {
                                 self.parts.insert(slot, (node, r.terms.get(k).copied().unwrap_or(0)));
                             }
                             match check(res.error) {
-                                Ok(()) => out[i] = Some(Ok(res.found.then(|| values_from_pb(res.row)))),
+                                Ok(()) => out[i] = Some(crate::row_of(&map, pinned[i], res.found, &res.row_data)),
                                 Err(e) if e.is_retriable() && !self.parts.contains_key(&slot) => retry.push(i),
                                 Err(e) if e.is_retriable() => {
                                     out[i] = Some(Err(aborted(format!("the transaction's partition moved: {e}"))))

@@ -55,8 +55,9 @@ pub fn check_routing(table: &Table, key: &[Value], partition: PartitionId) -> Re
     Ok(())
 }
 
-/// Reads one row by primary key. None when absent.
-pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>, ShoalError> {
+/// Reads one row by primary key, in the table's row encoding (the caller decodes it). None
+/// when absent.
+pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, ShoalError> {
     let map = node.map();
     let table = table_of(&map, op.table)?;
     let pa = map
@@ -76,7 +77,7 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<Value>>
         node.check_active(&part, pa)?;
     }
     let data = part.store.lock().get(&key).map(|s| s.data.to_vec());
-    data.map(|d| decode_row(table, &d)).transpose()
+    Ok(data)
 }
 
 /// Checks a write's row (insert, upsert: replaced by the checked, coerced row) and returns

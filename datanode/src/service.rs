@@ -53,9 +53,9 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
 
 fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
     match r {
-        Ok(Some(row)) => pb::OpResult { error: None, row: values_to_pb(row), found: true, gci },
-        Ok(None) => pb::OpResult { error: None, row: vec![], found: false, gci },
-        Err(e) => pb::OpResult { error: Some(e.into()), row: vec![], found: false, gci: 0 },
+        Ok(Some(row_data)) => pb::OpResult { error: None, row_data, found: true, gci },
+        Ok(None) => pb::OpResult { error: None, row_data: vec![], found: false, gci },
+        Err(e) => pb::OpResult { error: Some(e.into()), row_data: vec![], found: false, gci: 0 },
     }
 }
 
@@ -150,7 +150,9 @@ async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::Tx
 }
 
 /// An operation's outcome (the row of a read) and the GCI of a write.
-type OpAnswer = (Result<Option<Vec<shoal_proto::Value>>, ShoalError>, u64);
+/// An operation's outcome: a read's row (in the table's row encoding) or nothing, and the GCI
+/// of a write.
+type OpAnswer = (Result<Option<Vec<u8>>, ShoalError>, u64);
 
 /// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream).
 async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {

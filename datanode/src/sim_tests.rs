@@ -198,6 +198,7 @@ impl Sim {
 
     fn read_at(&self, at: NodeId, k: i64) -> Result<Option<i64>, ShoalError> {
         let row = ops::read(&self.node(at), self.op(OpKind::Read, k, 0), true)?;
+        let row = row.map(|d| codec::decode_row(&self.table(), &d)).transpose()?;
         Ok(row.map(|r| r[1].as_i64().expect("int value")))
     }
 }
@@ -418,6 +419,7 @@ async fn moved_primary_serves_only_after_the_old_one_stopped() {
     assert_eq!(e.code, ErrorCode::NodeNotReady, "{e}");
     assert_eq!(sim.write(11, k, 3).await.unwrap_err().code, ErrorCode::NotPrimary);
     let at_11 = ops::read(&sim.node(11), sim.op(OpKind::Read, k, 0), false).unwrap();
+    let at_11 = at_11.map(|d| codec::decode_row(&sim.table(), &d).unwrap());
     assert_eq!(at_11.map(|r| r[1].clone()), Some(Value::Int(1)), "the old primary still has the committed value");
     // Node 11 learns the new map: from now on only node 12 serves.
     sim.publish(11);

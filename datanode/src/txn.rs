@@ -34,9 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use shoal_proto::codec::decode_row;
 use shoal_proto::pb;
-use shoal_proto::{ErrorCode, NodeId, NodeState, PartitionId, ShoalError, TableId, Value};
+use shoal_proto::{ErrorCode, NodeId, NodeState, PartitionId, ShoalError, TableId};
 
 use crate::node::Node;
 use crate::ops::{self, Op, OpKind};
@@ -225,7 +224,7 @@ pub async fn execute(
     txn: u64,
     tc: NodeId,
     ops: Vec<TxnOp>,
-) -> Vec<(Result<Option<Vec<Value>>, ShoalError>, Option<u64>)> {
+) -> Vec<(Result<Option<Vec<u8>>, ShoalError>, Option<u64>)> {
     if node.txns.swept.lock().contains_key(&txn) {
         let e = aborted(format!("transaction {txn:x} was idle too long and rolled back on node {}", node.id));
         return ops.iter().map(|_| (Err(e.clone()), None)).collect();
@@ -265,9 +264,9 @@ async fn execute_one(
     txn: u64,
     st: &mut TxnState,
     TxnOp { mut op, lock, held_term }: TxnOp,
-) -> Result<Option<Vec<Value>>, ShoalError> {
+) -> Result<Option<Vec<u8>>, ShoalError> {
     let map = node.map();
-    let table = ops::table_of(&map, op.table)?.clone();
+    let table = ops::table_of(&map, op.table)?;
     let (pa, part) = ops::active_primary(node, &map, op.table, op.partition)?;
     let (key, key_values) = ops::check_write(&table, &mut op)?;
     ops::check_routing(&table, &key_values, op.partition)?;
@@ -314,7 +313,7 @@ async fn execute_one(
         None => part.store.lock().get(&key).map(|s| s.data.to_vec()),
     };
     if op.kind == OpKind::Read {
-        return current.map(|d| decode_row(&table, &d)).transpose();
+        return Ok(current);
     }
     let max = node.txns.limits.max_writes;
     if !pt.writes.contains_key(&key) && pt.writes.len() >= max {
