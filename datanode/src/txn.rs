@@ -268,8 +268,8 @@ async fn execute_one(
     let map = node.map();
     let table = ops::table_of(&map, op.table)?;
     let (pa, part) = ops::active_primary(node, &map, op.table, op.partition)?;
-    let (key, key_values) = ops::check_write(&table, &mut op)?;
-    ops::check_routing(&table, &key_values, op.partition)?;
+    let (key, key_values) = ops::check_write(table, &mut op)?;
+    ops::check_routing(table, &key_values, op.partition)?;
     let slot = (op.table, op.partition);
     if let Some(p) = st.parts.get(&slot) {
         if p.term != pa.primary_term {
@@ -322,7 +322,7 @@ async fn execute_one(
             format!("a transaction writes at most {max} rows per node (max_txn_operations)"),
         ));
     }
-    let data = ops::new_image(&table, op, current)?;
+    let data = ops::new_image(table, op, current)?;
     let reserved = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
     if reserved > 0 && !node.budget.try_reserve(reserved) {
         return Err(ShoalError::new(
