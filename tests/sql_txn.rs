@@ -92,6 +92,30 @@ async fn begin_commit_rollback_and_locking_reads() {
     assert_eq!(balance(&mut b, 6).await, None);
     assert_eq!(balance(&mut b, 7).await, Some(1));
 
+    // UPDATE and DELETE of one row by its key go out as a single key write: MySQL's counts
+    // hold (matched, changed), bad values still fail only when the row exists, and inside a
+    // transaction ROLLBACK takes them back.
+    let counts = |c: &Conn| (c.affected_rows(), c.info().to_string());
+    b.query_drop("UPDATE accounts SET balance = 1 WHERE id = 7").await.unwrap();
+    assert_eq!(counts(&b), (0, "Rows matched: 1  Changed: 0  Warnings: 0".into()));
+    b.query_drop("UPDATE accounts SET balance = 2 WHERE id = 7").await.unwrap();
+    assert_eq!(counts(&b), (1, "Rows matched: 1  Changed: 1  Warnings: 0".into()));
+    b.query_drop("UPDATE accounts SET balance = 2 WHERE id = 999").await.unwrap();
+    assert_eq!(counts(&b), (0, "Rows matched: 0  Changed: 0  Warnings: 0".into()));
+    assert_eq!(code_of(b.query_drop("UPDATE accounts SET balance = NULL WHERE id = 7").await), 1048);
+    b.query_drop("UPDATE accounts SET balance = NULL WHERE id = 999").await.unwrap();
+    b.query_drop("DELETE FROM accounts WHERE id = 999").await.unwrap();
+    assert_eq!(b.affected_rows(), 0);
+    b.query_drop("BEGIN").await.unwrap();
+    b.query_drop("DELETE FROM accounts WHERE id = 7").await.unwrap();
+    assert_eq!(b.affected_rows(), 1);
+    b.query_drop("UPDATE accounts SET balance = 5 WHERE id = 1").await.unwrap();
+    assert_eq!(balance(&mut b, 7).await, None);
+    assert_eq!(balance(&mut a, 1).await, Some(70), "uncommitted");
+    b.query_drop("ROLLBACK").await.unwrap();
+    assert_eq!(balance(&mut a, 7).await, Some(2));
+    assert_eq!(balance(&mut a, 1).await, Some(70));
+
     // A connection that goes away mid-transaction leaves no lock behind.
     let mut gone = Conn::new(opts(&addr)).await.unwrap();
     gone.query_drop("BEGIN").await.unwrap();

@@ -117,7 +117,9 @@ impl KeyOp {
     }
 }
 
-/// What one operation of a batch gave: reads give the row if found.
+/// What one operation of a batch gave: reads give the row if found; updates give None when
+/// they changed the row and an empty row when it already held their values (nothing was
+/// written: MySQL counts such a row as matched, not changed); other writes give None.
 pub type OpOutcome = Result<Option<Row>>;
 
 #[derive(Clone, Debug, Default)]
@@ -177,16 +179,20 @@ struct Prepared {
     is_read: bool,
 }
 
-/// A read's answer as a row: decoded with the layout of the table the read was routed by
-/// (`table_id`); a table id's columns never change, so any map that still holds it will do.
-fn row_of(map: &ClusterState, table_id: Option<u32>, found: bool, data: &[u8]) -> Result<Option<Row>> {
-    if !found {
+/// An operation's answer: a read's row decoded with the layout of the table the read was
+/// routed by (`table_id`; a table id's columns never change, so any map that still holds it
+/// will do), or an unchanged update's empty row (see [`OpOutcome`]).
+fn row_of(map: &ClusterState, table_id: Option<u32>, r: &pb::OpResult) -> Result<Option<Row>> {
+    if r.unchanged {
+        return Ok(Some(Row::new()));
+    }
+    if !r.found {
         return Ok(None);
     }
     let table = table_id
         .and_then(|id| map.table_by_id(id))
         .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, "the table read was dropped"))?;
-    codec::decode_row(table, data).map(Some)
+    codec::decode_row(table, &r.row_data).map(Some)
 }
 
 impl Client {
@@ -551,10 +557,10 @@ impl Client {
                 match resp {
                     Ok(results) => {
                         for (i, r) in idx.into_iter().zip(results) {
-                            match check(r.error) {
+                            match check(r.error.clone()) {
                                 Ok(()) => {
                                     gcis[i] = r.gci;
-                                    out[i] = Some(row_of(&map, pinned[i], r.found, &r.row_data));
+                                    out[i] = Some(row_of(&map, pinned[i], &r));
                                 }
                                 Err(e) if e.is_retriable() => {
                                     saw_newer_epoch |= e.current_epoch > map.epoch;

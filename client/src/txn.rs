@@ -249,8 +249,8 @@ impl Transaction {
                             if r.holds.get(k).copied().unwrap_or(false) {
                                 self.parts.insert(slot, (node, r.terms.get(k).copied().unwrap_or(0)));
                             }
-                            match check(res.error) {
-                                Ok(()) => out[i] = Some(crate::row_of(&map, pinned[i], res.found, &res.row_data)),
+                            match check(res.error.clone()) {
+                                Ok(()) => out[i] = Some(crate::row_of(&map, pinned[i], &res)),
                                 Err(e) if e.is_retriable() && !self.parts.contains_key(&slot) => retry.push(i),
                                 Err(e) if e.is_retriable() => {
                                     out[i] = Some(Err(aborted(format!("the transaction's partition moved: {e}"))))

@@ -55,6 +55,15 @@ pub fn check_routing(table: &Table, key: &[Value], partition: PartitionId) -> Re
     Ok(())
 }
 
+/// What an operation gives its caller.
+#[derive(Debug)]
+pub enum Answer {
+    /// A read's row in the table's row encoding (None: no row with that key); None for writes.
+    Row(Option<Vec<u8>>),
+    /// An update that found the row already holding its values: nothing was written.
+    Unchanged,
+}
+
 /// Reads one row by primary key, in the table's row encoding (the caller decodes it). None
 /// when absent.
 pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, ShoalError> {
@@ -103,7 +112,7 @@ pub fn check_write(table: &Table, op: &mut Op) -> Result<(Vec<u8>, Vec<Value>), 
 
 /// The row image a write leaves, from the row's current committed (or, in a transaction,
 /// pending) image: None = deleted. `op` went through [`check_write`].
-pub fn new_image(table: &Table, op: Op, current: Option<Vec<u8>>) -> Result<Option<Vec<u8>>, ShoalError> {
+pub fn new_image(table: &Table, op: Op, current: Option<&[u8]>) -> Result<Option<Vec<u8>>, ShoalError> {
     match op.kind {
         OpKind::Insert => {
             if current.is_some() {
@@ -117,7 +126,7 @@ pub fn new_image(table: &Table, op: Op, current: Option<Vec<u8>>) -> Result<Opti
         OpKind::Upsert => Ok(Some(encode_row(table, &op.row)?)),
         OpKind::Update => {
             let cur = current.ok_or_else(|| ShoalError::new(ErrorCode::KeyNotFound, "no row with that key"))?;
-            let mut values = decode_row(table, &cur)?;
+            let mut values = decode_row(table, cur)?;
             if op.columns.len() != op.row.len() {
                 return Err(ShoalError::new(
                     ErrorCode::InvalidArgument,
@@ -168,10 +177,11 @@ pub fn active_primary<'m>(
     Ok((pa, part))
 }
 
-/// Executes one write as primary and returns the GCI it was committed in. Must run to
-/// completion once replication started (the caller spawns it), so a vanished client cannot
+/// Executes one write as primary and returns the GCI it was committed in, or None for an
+/// update that would leave the row as it is (nothing is written or replicated then). Must run
+/// to completion once replication started (the caller spawns it), so a vanished client cannot
 /// leave replicas disagreeing.
-pub async fn write(node: Arc<Node>, mut op: Op) -> Result<u64, ShoalError> {
+pub async fn write(node: Arc<Node>, mut op: Op) -> Result<Option<u64>, ShoalError> {
     let map = node.map();
     let table = table_of(&map, op.table)?;
     let (pa, part) = active_primary(&node, &map, op.table, op.partition)?;
@@ -183,7 +193,11 @@ pub async fn write(node: Arc<Node>, mut op: Op) -> Result<u64, ShoalError> {
     let _row_lock = part.lock_row(&key, node.timing.lock_wait).await?;
     let current = part.store.lock().get(&key).map(|s| s.data.to_vec());
     let old_charge = current.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
-    let data = new_image(table, op, current)?;
+    let is_update = op.kind == OpKind::Update;
+    let data = new_image(table, op, current.as_deref())?;
+    if is_update && data == current {
+        return Ok(None);
+    }
 
     // Only growth needs room: a full node still takes updates that do not grow rows, and deletes.
     let new_charge = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
@@ -222,5 +236,5 @@ pub async fn write(node: Arc<Node>, mut op: Op) -> Result<u64, ShoalError> {
     }
     drop(inflight);
     drop(stamp);
-    Ok(gci)
+    Ok(Some(gci))
 }

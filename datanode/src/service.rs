@@ -14,7 +14,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::node::Node;
-use crate::ops::{self, Op, OpKind, MAX_BATCH_OPS};
+use crate::ops::{self, Answer, Op, OpKind, MAX_BATCH_OPS};
 use crate::scan::{self, ScanSpec, SCAN_QUEUE_BATCHES};
 use crate::{sync, transport};
 
@@ -53,9 +53,10 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
 
 fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
     match r {
-        Ok(Some(row_data)) => pb::OpResult { error: None, row_data, found: true, gci },
-        Ok(None) => pb::OpResult { error: None, row_data: vec![], found: false, gci },
-        Err(e) => pb::OpResult { error: Some(e.into()), row_data: vec![], found: false, gci: 0 },
+        Ok(Answer::Row(Some(row_data))) => pb::OpResult { row_data, found: true, gci, ..Default::default() },
+        Ok(Answer::Row(None)) => pb::OpResult { gci, ..Default::default() },
+        Ok(Answer::Unchanged) => pb::OpResult { unchanged: true, ..Default::default() },
+        Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },
     }
 }
 
@@ -152,7 +153,7 @@ async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::Tx
 /// An operation's outcome (the row of a read) and the GCI of a write.
 /// An operation's outcome: a read's row (in the table's row encoding) or nothing, and the GCI
 /// of a write.
-type OpAnswer = (Result<Option<Vec<u8>>, ShoalError>, u64);
+type OpAnswer = (Result<Answer, ShoalError>, u64);
 
 /// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream).
 async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
@@ -170,7 +171,7 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
     let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
     let results: Vec<OpAnswer> = if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
         // Reads finish without waiting on anything: answer inline.
-        ops.into_iter().map(|op| (op.and_then(|op| ops::read(node, op, read_backup)), 0)).collect()
+        ops.into_iter().map(|op| (op.and_then(|op| ops::read(node, op, read_backup)).map(Answer::Row), 0)).collect()
     } else {
         // Writes run in their own task: once replication starts it must finish even if the
         // caller goes away.
@@ -184,9 +185,10 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
                         Err(e) => return (Err(e), 0),
                     };
                     match op.kind {
-                        OpKind::Read => (ops::read(&node, op, read_backup), 0),
+                        OpKind::Read => (ops::read(&node, op, read_backup).map(Answer::Row), 0),
                         _ => match ops::write(node, op).await {
-                            Ok(gci) => (Ok(None), gci),
+                            Ok(Some(gci)) => (Ok(Answer::Row(None)), gci),
+                            Ok(None) => (Ok(Answer::Unchanged), 0),
                             Err(e) => (Err(e), 0),
                         },
                     }

@@ -38,7 +38,7 @@ use shoal_proto::pb;
 use shoal_proto::{ErrorCode, NodeId, NodeState, PartitionId, ShoalError, TableId};
 
 use crate::node::Node;
-use crate::ops::{self, Op, OpKind};
+use crate::ops::{self, Answer, Op, OpKind};
 use crate::partition::{LockMode, Partition};
 use crate::replication;
 use crate::storage::{Image, RowSlot};
@@ -224,7 +224,7 @@ pub async fn execute(
     txn: u64,
     tc: NodeId,
     ops: Vec<TxnOp>,
-) -> Vec<(Result<Option<Vec<u8>>, ShoalError>, Option<u64>)> {
+) -> Vec<(Result<Answer, ShoalError>, Option<u64>)> {
     if node.txns.swept.lock().contains_key(&txn) {
         let e = aborted(format!("transaction {txn:x} was idle too long and rolled back on node {}", node.id));
         return ops.iter().map(|_| (Err(e.clone()), None)).collect();
@@ -264,7 +264,7 @@ async fn execute_one(
     txn: u64,
     st: &mut TxnState,
     TxnOp { mut op, lock, held_term }: TxnOp,
-) -> Result<Option<Vec<u8>>, ShoalError> {
+) -> Result<Answer, ShoalError> {
     let map = node.map();
     let table = ops::table_of(&map, op.table)?;
     let (pa, part) = ops::active_primary(node, &map, op.table, op.partition)?;
@@ -313,7 +313,7 @@ async fn execute_one(
         None => part.store.lock().get(&key).map(|s| s.data.to_vec()),
     };
     if op.kind == OpKind::Read {
-        return Ok(current);
+        return Ok(Answer::Row(current));
     }
     let max = node.txns.limits.max_writes;
     if !pt.writes.contains_key(&key) && pt.writes.len() >= max {
@@ -322,7 +322,12 @@ async fn execute_one(
             format!("a transaction writes at most {max} rows per node (max_txn_operations)"),
         ));
     }
-    let data = ops::new_image(table, op, current)?;
+    let is_update = op.kind == OpKind::Update;
+    let data = ops::new_image(table, op, current.as_deref())?;
+    if is_update && data == current {
+        // The row keeps its exclusive lock to the end; there is nothing to write.
+        return Ok(Answer::Unchanged);
+    }
     let reserved = data.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
     if reserved > 0 && !node.budget.try_reserve(reserved) {
         return Err(ShoalError::new(
@@ -333,7 +338,7 @@ async fn execute_one(
     if let Some(old) = pt.writes.insert(key, Pending { data, reserved, base: None }) {
         node.budget.release(old.reserved);
     }
-    Ok(None)
+    Ok(Answer::Row(None))
 }
 
 /// Frees everything a transaction holds here: locks, reserved memory.

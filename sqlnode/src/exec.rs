@@ -48,6 +48,24 @@ const UPSERT_ATTEMPTS: usize = 5;
 /// Attempts of an INSERT whose AUTO_INCREMENT values collided with another SQL node's.
 const AUTOINC_ATTEMPTS: usize = 5;
 
+/// An UPDATE bound to its table: (column, new value) in assignment order, WHERE, ORDER BY
+/// (expression, ascending) and LIMIT.
+pub struct BoundUpdate {
+    t: TableRef,
+    sets: Vec<(usize, Expr)>,
+    filter: Option<Expr>,
+    order: Vec<(Expr, bool)>,
+    limit: Option<u64>,
+}
+
+/// A DELETE bound to its table: WHERE, ORDER BY and LIMIT.
+pub struct BoundDelete {
+    t: TableRef,
+    filter: Option<Expr>,
+    order: Vec<(Expr, bool)>,
+    limit: Option<u64>,
+}
+
 fn cluster_err(e: &ShoalError, t: &TableRef) -> SqlError {
     match e.code {
         ErrorCode::NoSuchTable => SqlError::no_such_table(&t.db, &t.name),
@@ -780,7 +798,8 @@ impl Session {
 
     // ----- UPDATE -----
 
-    pub async fn update(&mut self, u: &ast::Update) -> SqlResult<Outcome> {
+    /// Binds an UPDATE against its table (the assignments, WHERE, ORDER BY and LIMIT).
+    pub async fn bind_update(&self, u: &ast::Update) -> SqlResult<BoundUpdate> {
         if !u.table.joins.is_empty() || u.from.is_some() {
             return Err(SqlError::not_supported("multi-table UPDATE"));
         }
@@ -816,14 +835,73 @@ impl Session {
                 Ok((sets, filter, order))
             })
             .await?;
-        let mut subqueries = filter.iter().collect::<Vec<_>>();
-        subqueries.extend(sets.iter().map(|(_, e)| e));
-        subqueries.extend(order.iter().map(|(e, _)| e));
-        self.read_subquery_tables(&subqueries).await?;
         let limit = match &u.limit {
             Some(e) => Some(const_count(&env, e)?),
             None => None,
         };
+        Ok(BoundUpdate { t, sets, filter, order, limit })
+    }
+
+    /// An UPDATE of the one row its WHERE clause names by primary key, to literal values:
+    /// sent as one key write (the data node says whether the row was there and whether it
+    /// changed) without reading the row first — inside the session's transaction if one is
+    /// open, else on its own. None when the statement is not of that shape, or when a value
+    /// does not fit its column (the general path then reports that only if the row exists).
+    pub async fn update_by_key(&self, b: &BoundUpdate) -> Option<SqlResult<Outcome>> {
+        let t = &b.t;
+        if b.limit == Some(0) || t.table.indexes.iter().any(|i| i.unique) {
+            return None;
+        }
+        let key = plan::key_only(t, b.filter.as_ref())?;
+        let mut columns: Vec<u32> = vec![];
+        let mut values: Vec<Value> = vec![];
+        for (i, e) in &b.sets {
+            let v = match e {
+                Expr::Lit(v) => v.clone(),
+                _ => return None,
+            };
+            let c = &t.table.columns()[*i];
+            if v.is_null() && !c.nullable {
+                return None;
+            }
+            let sv = t.types[*i].store(&c.name, &v, 1).ok()?;
+            // A later assignment of the same column wins (MySQL's left-to-right rule).
+            match columns.iter().position(|&x| x == *i as u32) {
+                Some(p) => values[p] = sv,
+                None => {
+                    columns.push(*i as u32);
+                    values.push(sv);
+                }
+            }
+        }
+        let op = KeyOp::Update { table: t.table.spec.name.clone(), key, columns, values };
+        let (matched, changed) = match self.kv_batch(vec![op]).await.pop() {
+            Some(Ok(Some(_))) => (1, 0),
+            Some(Ok(None)) => (1, 1),
+            Some(Err(e)) if e.code == ErrorCode::KeyNotFound => (0, 0),
+            Some(Err(e)) => return Some(Err(cluster_err(&e, t))),
+            None => return Some(Err(SqlError::internal("no outcome for the update"))),
+        };
+        Some(Ok(self.updated(matched, changed)))
+    }
+
+    fn updated(&self, matched: u64, changed: u64) -> Outcome {
+        let affected = if self.client_found_rows { matched } else { changed };
+        Outcome::Done {
+            affected,
+            last_insert_id: 0,
+            info: format!("Rows matched: {matched}  Changed: {changed}  Warnings: 0"),
+        }
+    }
+
+    /// Runs a bound UPDATE: reads the matching rows (locking them, inside the statement's
+    /// transaction), computes their new values and writes the rows that change.
+    pub async fn run_update(&mut self, b: BoundUpdate) -> SqlResult<Outcome> {
+        let BoundUpdate { t, sets, filter, order, limit } = b;
+        let mut subqueries = filter.iter().collect::<Vec<_>>();
+        subqueries.extend(sets.iter().map(|(_, e)| e));
+        subqueries.extend(order.iter().map(|(e, _)| e));
+        self.read_subquery_tables(&subqueries).await?;
         let mut writes: Vec<(Vec<Value>, Vec<u32>, Vec<Value>)> = vec![];
         let mut matched = 0u64;
         let mut err = None;
@@ -908,17 +986,13 @@ impl Session {
                 }
             }
         }
-        let affected = if self.client_found_rows { matched } else { changed };
-        Ok(Outcome::Done {
-            affected,
-            last_insert_id: 0,
-            info: format!("Rows matched: {matched}  Changed: {changed}  Warnings: 0"),
-        })
+        Ok(self.updated(matched, changed))
     }
 
     // ----- DELETE -----
 
-    pub async fn delete(&mut self, d: &ast::Delete) -> SqlResult<Outcome> {
+    /// Binds a DELETE against its table.
+    pub async fn bind_delete(&self, d: &ast::Delete) -> SqlResult<BoundDelete> {
         if !d.tables.is_empty() || d.using.is_some() {
             return Err(SqlError::not_supported("multi-table DELETE"));
         }
@@ -943,13 +1017,31 @@ impl Session {
                 Ok((filter, bind_order(p, &scope, &d.order_by)?))
             })
             .await?;
-        let mut subqueries = filter.iter().collect::<Vec<_>>();
-        subqueries.extend(order.iter().map(|(e, _)| e));
-        self.read_subquery_tables(&subqueries).await?;
         let limit = match &d.limit {
             Some(e) => Some(const_count(&env, e)?),
             None => None,
         };
+        Ok(BoundDelete { t, filter, order, limit })
+    }
+
+    /// A DELETE of the one row its WHERE clause names by primary key: one key delete, without
+    /// reading the row first (as [`Session::update_by_key`]). None when not of that shape.
+    pub async fn delete_by_key(&self, b: &BoundDelete) -> Option<SqlResult<Outcome>> {
+        let t = &b.t;
+        if b.limit == Some(0) || t.table.indexes.iter().any(|i| i.unique) {
+            return None;
+        }
+        let key = plan::key_only(t, b.filter.as_ref())?;
+        Some(self.delete_keys(t, vec![key]).await)
+    }
+
+    /// Runs a bound DELETE: finds the matching rows (locking them, inside the statement's
+    /// transaction) and deletes them by key.
+    pub async fn run_delete(&self, b: BoundDelete) -> SqlResult<Outcome> {
+        let BoundDelete { t, filter, order, limit } = b;
+        let mut subqueries = filter.iter().collect::<Vec<_>>();
+        subqueries.extend(order.iter().map(|(e, _)| e));
+        self.read_subquery_tables(&subqueries).await?;
         match limit {
             Some(l) if !order.is_empty() => {
                 let rows = self.ordered_matches(&t, filter.as_ref(), &order, l).await?;

@@ -436,17 +436,27 @@ impl Session {
                 self.end_implicit(implicit, out).await
             }
             Statement::Insert(ins) => self.insert(ins, sql).await,
+            // One row named by its whole primary key, literal values: a single key write,
+            // atomic by itself, needs neither the read nor a transaction of its own.
             Statement::Update(u) => {
+                let b = self.bind_update(u).await?;
+                if let Some(out) = self.update_by_key(&b).await {
+                    return out;
+                }
                 let implicit = self.begin_implicit().await;
                 self.set_read_lock(shoal_client::LockMode::Exclusive);
-                let out = self.update(u).await;
+                let out = self.run_update(b).await;
                 self.set_read_lock(shoal_client::LockMode::None);
                 self.end_implicit(implicit, out).await
             }
             Statement::Delete(d) => {
+                let b = self.bind_delete(d).await?;
+                if let Some(out) = self.delete_by_key(&b).await {
+                    return out;
+                }
                 let implicit = self.begin_implicit().await;
                 self.set_read_lock(shoal_client::LockMode::Exclusive);
-                let out = self.delete(d).await;
+                let out = self.run_delete(b).await;
                 self.set_read_lock(shoal_client::LockMode::None);
                 self.end_implicit(implicit, out).await
             }

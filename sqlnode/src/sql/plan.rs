@@ -124,6 +124,25 @@ fn column_vs_const(e: &Expr) -> Option<(usize, Cmp, &Val)> {
     }
 }
 
+/// The primary key a WHERE clause pins down, if that is all it says: every conjunct is an
+/// equality of a primary-key column with a constant that converts exactly to the key. UPDATE
+/// and DELETE of that one row need not read it first.
+pub fn key_only(t: &TableRef, filter: Option<&Expr>) -> Option<Vec<Value>> {
+    let conj = filter?.conjuncts();
+    let pk = &t.table.spec.primary_key;
+    if t.table.hidden_pk || conj.len() != pk.len() {
+        return None;
+    }
+    let on_key = |e: &&Expr| matches!(column_vs_const(e), Some((c, Cmp::Eq, _)) if pk.contains(&(c as u32)));
+    if !conj.iter().all(on_key) {
+        return None;
+    }
+    match choose(t, filter) {
+        Access::Key(k) => Some(k),
+        _ => None,
+    }
+}
+
 pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
     let Some(filter) = filter else { return Access::Scan(vec![]) };
     let conj = filter.conjuncts();
@@ -483,6 +502,29 @@ mod tests {
     }
     fn lit(v: Val) -> Box<Expr> {
         Box::new(Expr::Lit(v))
+    }
+
+    #[test]
+    fn key_only_is_the_whole_key_and_nothing_else() {
+        let eq = |c: usize, v: Val| Expr::Cmp(Cmp::Eq, col(c), lit(v));
+        let and = |x: Expr, y: Expr| Expr::And(Box::new(x), Box::new(y));
+        let t = table(vec![0]);
+        assert_eq!(key_only(&t, Some(&eq(0, Val::Int(5)))), Some(vec![Value::Int(5)]));
+        let flipped = Expr::Cmp(Cmp::Eq, lit(Val::Int(5)), col(0));
+        assert_eq!(key_only(&t, Some(&flipped)), Some(vec![Value::Int(5)]));
+        // Anything more, or less, than the key: the row must be read and checked.
+        assert_eq!(key_only(&t, Some(&and(eq(0, Val::Int(5)), eq(2, Val::Int(1))))), None);
+        assert_eq!(key_only(&t, Some(&and(eq(0, Val::Int(5)), eq(0, Val::Int(6))))), None);
+        assert_eq!(key_only(&t, Some(&Expr::Cmp(Cmp::Gt, col(0), lit(Val::Int(5))))), None);
+        assert_eq!(key_only(&t, Some(&eq(0, Val::Float(1.5)))), None);
+        assert_eq!(key_only(&t, None), None);
+        // A composite key needs every column.
+        let t = table(vec![0, 2]);
+        assert_eq!(key_only(&t, Some(&eq(0, Val::Int(5)))), None);
+        let both = and(eq(2, Val::Int(1)), eq(0, Val::Int(5)));
+        assert_eq!(key_only(&t, Some(&both)), Some(vec![Value::Int(5), Value::Int(1)]));
+        // A hidden key is no key a statement can name.
+        assert_eq!(key_only(&table(vec![]), Some(&eq(0, Val::Int(5)))), None);
     }
 
     #[test]
