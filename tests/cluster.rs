@@ -200,6 +200,7 @@ async fn stopped_primary_is_fenced_and_refused_no_split_brain() {
         key: vec![],
         row: vec![pb::Value::from(Value::Int(key)), pb::Value::from(Value::Text("split-brain".into()))],
         columns: vec![],
+        deltas: vec![],
     };
     let resp = raw
         .execute(pb::BatchRequest { epoch: old_map.epoch, read_backup: false, ops: vec![op], schema_version: 0 })
@@ -319,6 +320,7 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
         key: vec![pb::Value::from(Value::Int(1))],
         row: vec![],
         columns: vec![],
+        deltas: vec![],
     };
     let wrong_partition = (p + 1) % table.partition_count;
     let resp = raw

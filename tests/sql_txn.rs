@@ -115,6 +115,15 @@ async fn begin_commit_rollback_and_locking_reads() {
     b.query_drop("ROLLBACK").await.unwrap();
     assert_eq!(balance(&mut a, 7).await, Some(2));
     assert_eq!(balance(&mut a, 1).await, Some(70));
+    // `col = col ± n` is added where the row is; past the column's range the general path
+    // answers with MySQL's error and changes nothing.
+    b.query_drop("UPDATE accounts SET balance = balance + 5 WHERE id = 7").await.unwrap();
+    assert_eq!(counts(&b), (1, "Rows matched: 1  Changed: 1  Warnings: 0".into()));
+    b.query_drop("UPDATE accounts SET balance = balance - 0 WHERE id = 7").await.unwrap();
+    assert_eq!(b.affected_rows(), 0);
+    let huge = "UPDATE accounts SET balance = balance + 9223372036854775807 WHERE id = 7";
+    assert_eq!(code_of(b.query_drop(huge).await), 1690);
+    assert_eq!(balance(&mut b, 7).await, Some(7));
 
     // A connection that goes away mid-transaction leaves no lock behind.
     let mut gone = Conn::new(opts(&addr)).await.unwrap();

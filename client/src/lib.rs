@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use shoal_proto::codec::{self, check_row, encode_key};
-use shoal_proto::convert::{check, values_from_pb, values_to_pb};
+use shoal_proto::convert::{check, deltas_to_pb, values_from_pb, values_to_pb};
 use shoal_proto::filter::Filter;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient, mgmd_client::MgmdClient};
+pub use shoal_proto::Delta;
 use shoal_proto::{ClusterState, ErrorCode, NodeId, NodeState, ShoalError, Table, TableSpec, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
@@ -91,12 +92,14 @@ pub enum KeyOp {
         table: String,
         row: Row,
     },
-    /// Sets `columns` (by position) to `values` in the row with primary key `key`.
+    /// Sets `columns` (by position) to `values` in the row with primary key `key`, then adds
+    /// the `deltas` to their integer columns.
     Update {
         table: String,
         key: Row,
         columns: Vec<u32>,
         values: Row,
+        deltas: Vec<Delta>,
     },
     Delete {
         table: String,
@@ -373,7 +376,7 @@ impl Client {
             columns.push(c as u32);
             values.push(v.clone());
         }
-        self.one(KeyOp::Update { table: table.into(), key, columns, values }).await.map(|_| ())
+        self.one(KeyOp::Update { table: table.into(), key, columns, values, deltas: vec![] }).await.map(|_| ())
     }
 
     pub async fn delete(&self, table: &str, key: Row) -> Result<()> {
@@ -443,12 +446,14 @@ impl Client {
         let table = map
             .table(name)
             .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table {name} does not exist")))?;
-        let (key, row, columns) = match op {
-            KeyOp::Read { key, .. } | KeyOp::Delete { key, .. } => (key.clone(), vec![], vec![]),
-            KeyOp::Update { key, columns, values, .. } => (key.clone(), values.clone(), columns.clone()),
+        let (key, row, columns, deltas) = match op {
+            KeyOp::Read { key, .. } | KeyOp::Delete { key, .. } => (key.clone(), vec![], vec![], vec![]),
+            KeyOp::Update { key, columns, values, deltas, .. } => {
+                (key.clone(), values.clone(), columns.clone(), deltas_to_pb(deltas))
+            }
             KeyOp::Insert { row, .. } | KeyOp::Upsert { row, .. } => {
                 let row = check_row(table, self.with_hidden_key(table, row.clone()))?;
-                (table.key_of(&row), row, vec![])
+                (table.key_of(&row), row, vec![], vec![])
             }
         };
         let (_, key) = encode_key(table, key)?;
@@ -463,6 +468,7 @@ impl Client {
                 key: values_to_pb(key),
                 row: values_to_pb(row),
                 columns,
+                deltas,
             },
             is_read: kind == pb::OpKind::Read,
         })

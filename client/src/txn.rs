@@ -82,7 +82,9 @@ impl Transaction {
 
     /// Sets `columns` (by position) to `values` in the row with primary key `key`.
     pub async fn update(&mut self, table: &str, key: Row, columns: Vec<u32>, values: Row) -> Result<()> {
-        self.one(KeyOp::Update { table: table.into(), key, columns, values }, LockMode::None).await.map(|_| ())
+        self.one(KeyOp::Update { table: table.into(), key, columns, values, deltas: vec![] }, LockMode::None)
+            .await
+            .map(|_| ())
     }
 
     pub async fn delete(&mut self, table: &str, key: Row) -> Result<()> {

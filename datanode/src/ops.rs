@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use shoal_proto::codec::{self, check_row, coerce, decode_row, encode_key, encode_row};
-use shoal_proto::{ClusterState, ErrorCode, PartitionAssignment, PartitionId, ShoalError, Table, TableId, Value};
+use shoal_proto::{
+    ClusterState, Delta, ErrorCode, PartitionAssignment, PartitionId, ShoalError, Table, TableId, Value,
+};
 
 use crate::node::Node;
 use crate::partition::Partition;
@@ -38,6 +40,8 @@ pub struct Op {
     /// Every column (insert, upsert) or the columns named in `columns` (update).
     pub row: Vec<Value>,
     pub columns: Vec<u32>,
+    /// Update: increments of integer columns, applied after `columns`.
+    pub deltas: Vec<Delta>,
 }
 
 pub fn table_of(map: &ClusterState, id: TableId) -> Result<&Table, ShoalError> {
@@ -145,6 +149,15 @@ pub fn new_image(table: &Table, op: Op, current: Option<&[u8]>) -> Result<Option
                     ));
                 }
                 values[c as usize] = coerce(col, v)?;
+            }
+            for d in &op.deltas {
+                if table.spec.primary_key.contains(&d.column) {
+                    return Err(ShoalError::new(ErrorCode::InvalidArgument, "a primary key column cannot be updated"));
+                }
+                let slot = values
+                    .get_mut(d.column as usize)
+                    .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no column {}", d.column)))?;
+                *slot = d.apply(slot)?;
             }
             Ok(Some(encode_row(table, &values)?))
         }

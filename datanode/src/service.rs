@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use shoal_proto::convert::{values_from_pb, values_to_pb};
+use shoal_proto::convert::{deltas_from_pb, values_from_pb, values_to_pb};
 use shoal_proto::filter::Filter;
 use shoal_proto::pb::{self, data_node_server::DataNode};
 use shoal_proto::{ErrorCode, ShoalError};
@@ -48,6 +48,7 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
         key: values_from_pb(op.key),
         row: values_from_pb(op.row),
         columns: op.columns,
+        deltas: deltas_from_pb(op.deltas),
     })
 }
 

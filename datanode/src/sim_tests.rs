@@ -189,7 +189,7 @@ impl Sim {
             OpKind::Insert | OpKind::Upsert => (vec![], vec![Value::Int(k), Value::Int(v)]),
             _ => (vec![Value::Int(k)], vec![]),
         };
-        Op { kind, table: table.id, partition, key, row, columns: vec![] }
+        Op { kind, table: table.id, partition, key, row, columns: vec![], deltas: vec![] }
     }
 
     async fn write(&self, at: NodeId, k: i64, v: i64) -> Result<(), ShoalError> {
@@ -309,10 +309,19 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                             key: vec![Value::Int(k)],
                             row: vec![],
                             columns: vec![],
+                            deltas: vec![],
                         }
                     } else {
                         let row = vec![Value::Int(k), Value::Int(round)];
-                        Op { kind: OpKind::Upsert, table: table.id, partition, key: vec![], row, columns: vec![] }
+                        Op {
+                            kind: OpKind::Upsert,
+                            table: table.id,
+                            partition,
+                            key: vec![],
+                            row,
+                            columns: vec![],
+                            deltas: vec![],
+                        }
                     };
                     // Node 11 may still be activating as primary of node 12's partitions
                     // (NODE_NOT_READY): retried as the client would, within 2 s.

@@ -53,6 +53,14 @@ impl From<pb::Value> for Value {
     }
 }
 
+pub fn deltas_to_pb(deltas: &[crate::Delta]) -> Vec<pb::Delta> {
+    deltas.iter().map(|d| pb::Delta { column: d.column, by: d.by, min: d.min, max: d.max }).collect()
+}
+
+pub fn deltas_from_pb(deltas: Vec<pb::Delta>) -> Vec<crate::Delta> {
+    deltas.into_iter().map(|d| crate::Delta { column: d.column, by: d.by, min: d.min, max: d.max }).collect()
+}
+
 pub fn values_to_pb(values: Vec<Value>) -> Vec<pb::Value> {
     values.into_iter().map(pb::Value::from).collect()
 }

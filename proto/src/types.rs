@@ -52,6 +52,35 @@ impl ColumnType {
     }
 }
 
+/// An update's `column = column + by` on an integer column, applied where the row is (one
+/// round trip instead of a locked read and a write): NULL stays NULL; a result outside
+/// `[min, max]` — the column's SQL range — is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delta {
+    pub column: u32,
+    pub by: i64,
+    pub min: i64,
+    pub max: i64,
+}
+
+impl Delta {
+    /// The column's new value from its current one.
+    pub fn apply(&self, current: &Value) -> Result<Value, ShoalError> {
+        let out_of_range = || ShoalError::new(ErrorCode::TypeMismatch, format!("column {} out of range", self.column));
+        match current {
+            Value::Null => Ok(Value::Null),
+            Value::Int(v) => match v.checked_add(self.by) {
+                Some(n) if (self.min..=self.max).contains(&n) => Ok(Value::Int(n)),
+                _ => Err(out_of_range()),
+            },
+            other => Err(ShoalError::new(
+                ErrorCode::TypeMismatch,
+                format!("column {} holds {}, not a signed integer", self.column, other.type_name()),
+            )),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Column {
     pub name: String,
@@ -543,5 +572,21 @@ impl ClusterState {
 
     pub fn partition(&self, p: PartitionId) -> Option<&PartitionAssignment> {
         self.partitions.get(p as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delta_adds_within_the_column_range_and_keeps_null() {
+        let d = Delta { column: 1, by: 1, min: -128, max: 127 };
+        assert_eq!(d.apply(&Value::Int(5)).unwrap(), Value::Int(6));
+        assert_eq!(d.apply(&Value::Null).unwrap(), Value::Null);
+        assert_eq!(d.apply(&Value::Int(127)).unwrap_err().code, ErrorCode::TypeMismatch);
+        let wide = Delta { column: 1, by: i64::MAX, min: i64::MIN, max: i64::MAX };
+        assert_eq!(wide.apply(&Value::Int(1)).unwrap_err().code, ErrorCode::TypeMismatch);
+        assert_eq!(d.apply(&Value::Text("x".into())).unwrap_err().code, ErrorCode::TypeMismatch);
     }
 }

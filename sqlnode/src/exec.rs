@@ -592,7 +592,7 @@ impl Session {
                 if !changed {
                     break;
                 }
-                let op = KeyOp::Update { table: name.clone(), key, columns: cols, values };
+                let op = KeyOp::Update { table: name.clone(), key, columns: cols, values, deltas: vec![] };
                 match self.kv_batch(vec![op]).await.pop() {
                     Some(Ok(_)) => {
                         affected += 2;
@@ -842,11 +842,13 @@ impl Session {
         Ok(BoundUpdate { t, sets, filter, order, limit })
     }
 
-    /// An UPDATE of the one row its WHERE clause names by primary key, to literal values:
-    /// sent as one key write (the data node says whether the row was there and whether it
-    /// changed) without reading the row first — inside the session's transaction if one is
-    /// open, else on its own. None when the statement is not of that shape, or when a value
-    /// does not fit its column (the general path then reports that only if the row exists).
+    /// An UPDATE of the one row its WHERE clause names by primary key, to literal values or
+    /// `col = col ± integer` on a signed integer column: sent as one key write (the data node
+    /// adds the increments, and says whether the row was there and whether it changed)
+    /// without reading the row first — inside the session's transaction if one is open, else
+    /// on its own. None when the statement is not of that shape, or when a value does not fit
+    /// its column (the general path then reports that only if the row exists, with MySQL's
+    /// error).
     pub async fn update_by_key(&self, b: &BoundUpdate) -> Option<SqlResult<Outcome>> {
         let t = &b.t;
         if b.limit == Some(0) || t.table.indexes.iter().any(|i| i.unique) {
@@ -855,10 +857,22 @@ impl Session {
         let key = plan::key_only(t, b.filter.as_ref())?;
         let mut columns: Vec<u32> = vec![];
         let mut values: Vec<Value> = vec![];
+        let mut deltas: Vec<shoal_client::Delta> = vec![];
         for (i, e) in &b.sets {
+            // Assignments are applied in order: an increment after a set (or a set of a column
+            // already incremented) is not one row-local step any more.
+            if deltas.iter().any(|d| d.column == *i as u32) {
+                return None;
+            }
             let v = match e {
                 Expr::Lit(v) => v.clone(),
-                _ => return None,
+                e => {
+                    if columns.contains(&(*i as u32)) {
+                        return None;
+                    }
+                    deltas.push(increment(t, *i, e)?);
+                    continue;
+                }
             };
             let c = &t.table.columns()[*i];
             if v.is_null() && !c.nullable {
@@ -874,11 +888,13 @@ impl Session {
                 }
             }
         }
-        let op = KeyOp::Update { table: t.table.spec.name.clone(), key, columns, values };
+        let op = KeyOp::Update { table: t.table.spec.name.clone(), key, columns, values, deltas };
         let (matched, changed) = match self.kv_batch(vec![op]).await.pop() {
             Some(Ok(Some(_))) => (1, 0),
             Some(Ok(None)) => (1, 1),
             Some(Err(e)) if e.code == ErrorCode::KeyNotFound => (0, 0),
+            // An increment out of the column's range: the general path gives MySQL's error.
+            Some(Err(e)) if e.code == ErrorCode::TypeMismatch => return None,
             Some(Err(e)) => return Some(Err(cluster_err(&e, t))),
             None => return Some(Err(SqlError::internal("no outcome for the update"))),
         };
@@ -976,6 +992,7 @@ impl Session {
                     key: key.clone(),
                     columns: columns.clone(),
                     values: values.clone(),
+                    deltas: vec![],
                 })
                 .collect();
             for r in self.kv_batch(ops).await {
@@ -1141,6 +1158,25 @@ impl Session {
         }
         Ok(Outcome::affected(deleted))
     }
+}
+
+/// `col = col + n`, `col = n + col` or `col = col - n` for column `i` of `t`, a signed integer
+/// column, and an integer literal `n`: the increment the data node can apply by itself,
+/// bounded by the column's SQL range.
+fn increment(t: &TableRef, i: usize, e: &Expr) -> Option<shoal_client::Delta> {
+    use crate::val::ArithOp;
+    let SqlType::Int { kind, unsigned: false, .. } = t.types[i] else { return None };
+    let col = |x: &Expr| matches!(x, Expr::Col(c) if *c == i);
+    let by = match e {
+        Expr::Arith(ArithOp::Add, a, b) if col(a) => b,
+        Expr::Arith(ArithOp::Add, a, b) if col(b) => a,
+        Expr::Arith(ArithOp::Sub, a, b) if col(a) => b,
+        _ => return None,
+    };
+    let Expr::Lit(Val::Int(n)) = by.as_ref() else { return None };
+    let by = if matches!(e, Expr::Arith(ArithOp::Sub, ..)) { n.checked_neg()? } else { *n };
+    let (min, max) = kind.range(false);
+    Some(shoal_client::Delta { column: i as u32, by, min: min as i64, max: max as i64 })
 }
 
 /// ORDER BY of an UPDATE or DELETE: expressions over the target table.

@@ -190,14 +190,12 @@ async fn run(client: &Client, tx: &mut Transaction, mut ops: Vec<KeyOp>, read_lo
         let old = read_of[i].and_then(|r| olds[r].clone());
         let new = match op {
             KeyOp::Insert { row, .. } | KeyOp::Upsert { row, .. } => Some(row.clone()),
-            KeyOp::Update { columns, values, .. } => old.clone().map(|mut r| {
-                for (&c, v) in columns.iter().zip(values) {
-                    if let Some(slot) = r.get_mut(c as usize) {
-                        *slot = v.clone();
-                    }
+            KeyOp::Update { columns, values, deltas, .. } => {
+                match old.clone().map(|r| updated(r, columns, values, deltas)).transpose() {
+                    Ok(new) => new,
+                    Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
                 }
-                r
-            }),
+            }
             _ => None,
         };
         let before = old.as_deref().map(|r| entries(t, r)).unwrap_or_default();
@@ -336,6 +334,26 @@ async fn replace_holders(
         }
     }
     Ok(())
+}
+
+/// A row after an update's assignments and increments.
+fn updated(
+    mut r: Vec<Value>,
+    columns: &[u32],
+    values: &[Value],
+    deltas: &[shoal_client::Delta],
+) -> Result<Vec<Value>, ShoalError> {
+    for (&c, v) in columns.iter().zip(values) {
+        if let Some(slot) = r.get_mut(c as usize) {
+            *slot = v.clone();
+        }
+    }
+    for d in deltas {
+        if let Some(slot) = r.get_mut(d.column as usize) {
+            *slot = d.apply(slot)?;
+        }
+    }
+    Ok(r)
 }
 
 #[cfg(test)]
