@@ -7,10 +7,11 @@
 //! streams that table's rows into the pipeline as they arrive (LIMIT stops the scan early);
 //! tables of joins, subqueries and derived tables are read first, within `MAX_BUFFERED_ROWS`.
 //!
-//! Writes are per-row atomic in the cluster. Until cluster transactions land, a multi-row
-//! INSERT that fails part-way deletes the rows it had inserted before reporting the error
-//! (statement atomicity against everything but concurrent writers and crashes); UPDATE and
-//! DELETE may be partially applied when they fail.
+//! UPDATE and DELETE run inside the session's transaction, or one of their own under
+//! autocommit (`Session::write_once`): they lock the rows they read, so they are atomic. One
+//! row named by its whole primary key with literal values (or `col = col ± n`) is a single key
+//! write instead (`update_by_key`, `delete_by_key`), atomic by itself. A plain multi-row INSERT
+//! that fails part-way deletes the rows it had inserted before reporting the error.
 //!
 //! **AUTO_INCREMENT** (allowed only as the whole primary key): each SQL node keeps the next
 //! value per table, starting from one scan for the column's maximum. Values are claimed by the
