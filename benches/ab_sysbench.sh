@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A/B of two Shoal builds on one sysbench workload, runs alternated (A B A B ...) so the
+# machine's drift hits both alike; prints every run and each build's median. For measuring one
+# change at a time on a shared, noisy machine (benchmarks.md's A/B tables).
+#
+#   benches/ab_sysbench.sh BIN_A BIN_B [workload] [threads] [seconds] [rounds] [sysbench option ...]
+#
+# BIN_A/BIN_B: directories holding shoal, shoal-mgmd, shoal-datanode, shoal-sqlnode (copy
+# target/release/shoal* aside before rebuilding). Defaults: oltp_read_write, 16 threads, 10 s,
+# 3 rounds; 4 tables x 10,000 rows. Extra options go to sysbench's run, e.g. to isolate one
+# statement kind of oltp_read_write: --point_selects=0 --simple_ranges=4 ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+A=$(realpath "$1") B=$(realpath "$2")
+WL=${3:-oltp_read_write} THREADS=${4:-16} SECS=${5:-10} ROUNDS=${6:-3}
+shift $(( $# < 6 ? $# : 6 ))
+source benches/lib.sh
+need_packages sysbench:sysbench mariadb:mariadb-client
+
+work=$(mktemp -d)
+up_pid=""
+cleanup() {
+  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# one BIN [sysbench option ...] -> the workload's rate (TPS, or QPS for oltp_point_select) on a
+# fresh cluster
+one() {
+  local bin=$1
+  shift
+  rm -rf "$work/c"
+  "$bin/shoal" up --dir "$work/c" --base-port "$(( 30000 + RANDOM % 20000 ))" >"$work/up.log" 2>&1 &
+  up_pid=$!
+  for _ in $(seq 600); do grep -q '^ready' "$work/up.log" && break; sleep 0.2; done
+  grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
+  local port sb out
+  port=$(sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$work/up.log" | head -1)
+  mariadb -h 127.0.0.1 -P "$port" -u root --skip-ssl -e "CREATE DATABASE sbtest"
+  sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=root --mysql-db=sbtest
+    --tables=4 --table-size=10000)
+  sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
+  out=$(sysbench "$WL" "${sb[@]}" "$@" --threads="$THREADS" --time="$SECS" run)
+  kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
+  local what=transactions:
+  [ "$WL" = oltp_point_select ] && what=queries:
+  echo "$out" | awk -v w="$what" '$1 == w {gsub(/\(/,"",$3); print int($3)}' | grep . || {
+    echo "no result from sysbench:" >&2
+    echo "$out" >&2
+    exit 1
+  }
+}
+
+ra=() rb=()
+for r in $(seq "$ROUNDS"); do
+  a=$(one "$A" "$@"); b=$(one "$B" "$@")
+  ra+=("$a"); rb+=("$b")
+  echo "round $r: A $a  B $b"
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+ma=$(median "${ra[@]}") mb=$(median "${rb[@]}")
+echo "median: A $ma  B $mb  B/A $(python3 -c "print(f'{$mb/max($ma,1):.2f}')")"
