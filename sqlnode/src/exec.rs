@@ -902,6 +902,8 @@ impl Session {
         Some(Ok(self.updated(matched, changed)))
     }
 
+    /// An UPDATE's answer: affected rows are the changed ones, or the matched ones when the
+    /// client asked for found rows (CLIENT_FOUND_ROWS).
     fn updated(&self, matched: u64, changed: u64) -> Outcome {
         let affected = if self.client_found_rows { matched } else { changed };
         Outcome::Done {
