@@ -25,18 +25,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# one BIN [sysbench option ...] -> the workload's rate (TPS, or QPS for oltp_point_select) on a
-# fresh cluster
+# one BIN [sysbench option ...] sets `rate`: the workload's TPS (QPS for oltp_point_select) on a
+# fresh cluster. Not run in a subshell, so the EXIT trap stops the cluster if anything fails.
 one() {
   local bin=$1
   shift
   rm -rf "$work/c"
-  "$bin/shoal" up --dir "$work/c" --base-port "$(( 30000 + RANDOM % 20000 ))" >"$work/up.log" 2>&1 &
-  up_pid=$!
-  for _ in $(seq 600); do grep -q '^ready' "$work/up.log" && break; sleep 0.2; done
-  grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
+  start_shoal "$bin/shoal" "$work/c"
   local port sb out
-  port=$(sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$work/up.log" | head -1)
+  port=$(shoal_mysql_port "$work/c")
   mariadb -h 127.0.0.1 -P "$port" -u root --skip-ssl -e "CREATE DATABASE sbtest"
   sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=root --mysql-db=sbtest
     --tables=4 --table-size=10000)
@@ -45,16 +42,14 @@ one() {
   kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
   local what=transactions:
   [ "$WL" = oltp_point_select ] && what=queries:
-  echo "$out" | awk -v w="$what" '$1 == w {gsub(/\(/,"",$3); print int($3)}' | grep . || {
-    echo "no result from sysbench:" >&2
-    echo "$out" >&2
-    exit 1
-  }
+  rate=$(echo "$out" | awk -v w="$what" '$1 == w {gsub(/\(/,"",$3); print int($3)}')
+  [ -n "$rate" ] || { echo "no result from sysbench:" >&2; echo "$out" >&2; exit 1; }
 }
 
 ra=() rb=()
 for r in $(seq "$ROUNDS"); do
-  a=$(one "$A" "$@"); b=$(one "$B" "$@")
+  one "$A" "$@"; a=$rate
+  one "$B" "$@"; b=$rate
   ra+=("$a"); rb+=("$b")
   echo "round $r: A $a  B $b"
 done

@@ -36,11 +36,7 @@ redis_run() { # clients pipeline test -> "rps p99"
 }
 
 # --- Shoal: 1 node group x 2 replicas ---
-base=$(( 30000 + RANDOM % 20000 ))
-$SHOAL up --dir "$work/shoal" --base-port "$base" >"$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 300); do grep -q '^ready' "$work/up.log" && break; sleep 0.2; done
-grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
+start_shoal "$SHOAL" "$work/shoal"
 shoal_run() { # threads batch write_ratio -> "ops/s p99_ms"
   $SHOAL bench kv --dir "$work/shoal" --threads "$1" --batch "$2" --write-ratio "$3" \
     --keys "$KEYS" --value-size "$VALUE" --duration "$SECS" --json |

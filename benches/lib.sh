@@ -29,3 +29,17 @@ start_mariadb() {
   for _ in $(seq 100); do mariadb --socket="$dir.sock" -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
   mariadb --socket="$dir.sock" -uroot -e "CREATE DATABASE sbtest; CREATE USER 'sb'@'127.0.0.1'; GRANT ALL ON *.* TO 'sb'@'127.0.0.1';"
 }
+
+# start_shoal SHOAL_BIN DIR [shoal up option ...] runs a local cluster in the background on a
+# random base port (log DIR.log), sets up_pid, and waits up to 2 minutes for its `ready` line.
+start_shoal() {
+  local bin=$1 dir=$2
+  shift 2
+  "$bin" up --dir "$dir" --base-port "$(( 30000 + RANDOM % 20000 ))" "$@" >"$dir.log" 2>&1 &
+  up_pid=$!
+  for _ in $(seq 600); do grep -q '^ready' "$dir.log" && break; sleep 0.2; done
+  grep -q '^ready' "$dir.log" || { cat "$dir.log"; exit 1; }
+}
+
+# shoal_mysql_port DIR: the MySQL port of the first SQL node of the cluster start_shoal ran in DIR.
+shoal_mysql_port() { sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$1.log" | head -1; }

@@ -46,12 +46,8 @@ run_all() {
   done
 }
 
-base=$(( 30000 + RANDOM % 20000 ))
-$SHOAL up --dir "$work/shoal" --base-port "$base" >"$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 600); do grep -q '^ready' "$work/up.log" && break; sleep 0.2; done
-grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
-sport=$(sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$work/up.log" | head -1)
+start_shoal "$SHOAL" "$work/shoal"
+sport=$(shoal_mysql_port "$work/shoal")
 mariadb -h 127.0.0.1 -P "$sport" -u root --skip-ssl -e "CREATE DATABASE sbtest"
 run_all 127.0.0.1 "$sport" root >"$work/shoal.txt"
 kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""

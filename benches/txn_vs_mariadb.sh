@@ -25,11 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-base=$(( 30000 + RANDOM % 20000 ))
-$SHOAL up --dir "$work/shoal" --base-port "$base" --node-groups 2 >"$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 600); do grep -q '^ready' "$work/up.log" && break; sleep 0.2; done
-grep -q '^ready' "$work/up.log" || { cat "$work/up.log"; exit 1; }
+start_shoal "$SHOAL" "$work/shoal" --node-groups 2
 shoal_run() { # clients extra -> "tps p99"
   $SHOAL bench txn --dir "$work/shoal" --threads "$1" --accounts "$ACCOUNTS" --duration "$SECS" --json $2 |
     python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["tps"]), d["p99_ms"], d["total_ok"])'
