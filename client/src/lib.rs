@@ -562,8 +562,8 @@ impl Client {
             for (idx, resp) in futures::future::join_all(sends).await {
                 match resp {
                     Ok(results) => {
-                        for (i, r) in idx.into_iter().zip(results) {
-                            match check(r.error.clone()) {
+                        for (i, mut r) in idx.into_iter().zip(results) {
+                            match check(r.error.take()) {
                                 Ok(()) => {
                                     gcis[i] = r.gci;
                                     out[i] = Some(row_of(&map, pinned[i], &r));

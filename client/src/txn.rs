@@ -247,11 +247,11 @@ impl Transaction {
                 let resp = resp.and_then(|r| check(r.error.clone()).map(|()| r));
                 match resp {
                     Ok(r) => {
-                        for (k, ((i, _, _, slot, node, _), res)) in items.into_iter().zip(r.results).enumerate() {
+                        for (k, ((i, _, _, slot, node, _), mut res)) in items.into_iter().zip(r.results).enumerate() {
                             if r.holds.get(k).copied().unwrap_or(false) {
                                 self.parts.insert(slot, (node, r.terms.get(k).copied().unwrap_or(0)));
                             }
-                            match check(res.error.clone()) {
+                            match check(res.error.take()) {
                                 Ok(()) => out[i] = Some(crate::row_of(&map, pinned[i], &res)),
                                 Err(e) if e.is_retriable() && !self.parts.contains_key(&slot) => retry.push(i),
                                 Err(e) if e.is_retriable() => {

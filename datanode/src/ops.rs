@@ -154,10 +154,7 @@ pub fn new_image(table: &Table, op: Op, current: Option<&[u8]>) -> Result<Option
                 if table.spec.primary_key.contains(&d.column) {
                     return Err(ShoalError::new(ErrorCode::InvalidArgument, "a primary key column cannot be updated"));
                 }
-                let slot = values
-                    .get_mut(d.column as usize)
-                    .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no column {}", d.column)))?;
-                *slot = d.apply(slot)?;
+                d.apply_to(&mut values)?;
             }
             Ok(Some(encode_row(table, &values)?))
         }

@@ -151,7 +151,6 @@ async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::Tx
     }
 }
 
-/// An operation's outcome (the row of a read) and the GCI of a write.
 /// An operation's outcome: a read's row (in the table's row encoding) or nothing, and the GCI
 /// of a write.
 type OpAnswer = (Result<Answer, ShoalError>, u64);

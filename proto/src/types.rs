@@ -64,20 +64,30 @@ pub struct Delta {
 }
 
 impl Delta {
-    /// The column's new value from its current one.
-    pub fn apply(&self, current: &Value) -> Result<Value, ShoalError> {
-        let out_of_range = || ShoalError::new(ErrorCode::TypeMismatch, format!("column {} out of range", self.column));
-        match current {
-            Value::Null => Ok(Value::Null),
+    /// Adds the increment to its column of `row`.
+    pub fn apply_to(&self, row: &mut [Value]) -> Result<(), ShoalError> {
+        let slot = row
+            .get_mut(self.column as usize)
+            .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no column {}", self.column)))?;
+        *slot = match &*slot {
+            Value::Null => Value::Null,
             Value::Int(v) => match v.checked_add(self.by) {
-                Some(n) if (self.min..=self.max).contains(&n) => Ok(Value::Int(n)),
-                _ => Err(out_of_range()),
+                Some(n) if (self.min..=self.max).contains(&n) => Value::Int(n),
+                _ => {
+                    return Err(ShoalError::new(
+                        ErrorCode::TypeMismatch,
+                        format!("column {} out of range", self.column),
+                    ))
+                }
             },
-            other => Err(ShoalError::new(
-                ErrorCode::TypeMismatch,
-                format!("column {} holds {}, not a signed integer", self.column, other.type_name()),
-            )),
-        }
+            other => {
+                return Err(ShoalError::new(
+                    ErrorCode::TypeMismatch,
+                    format!("column {} holds {}, not a signed integer", self.column, other.type_name()),
+                ))
+            }
+        };
+        Ok(())
     }
 }
 
@@ -581,12 +591,18 @@ mod tests {
 
     #[test]
     fn a_delta_adds_within_the_column_range_and_keeps_null() {
+        let apply = |d: &Delta, v: Value| {
+            let mut row = vec![Value::Int(0), v];
+            d.apply_to(&mut row).map(|()| row.pop().unwrap())
+        };
         let d = Delta { column: 1, by: 1, min: -128, max: 127 };
-        assert_eq!(d.apply(&Value::Int(5)).unwrap(), Value::Int(6));
-        assert_eq!(d.apply(&Value::Null).unwrap(), Value::Null);
-        assert_eq!(d.apply(&Value::Int(127)).unwrap_err().code, ErrorCode::TypeMismatch);
+        assert_eq!(apply(&d, Value::Int(5)).unwrap(), Value::Int(6));
+        assert_eq!(apply(&d, Value::Null).unwrap(), Value::Null);
+        assert_eq!(apply(&d, Value::Int(127)).unwrap_err().code, ErrorCode::TypeMismatch);
         let wide = Delta { column: 1, by: i64::MAX, min: i64::MIN, max: i64::MAX };
-        assert_eq!(wide.apply(&Value::Int(1)).unwrap_err().code, ErrorCode::TypeMismatch);
-        assert_eq!(d.apply(&Value::Text("x".into())).unwrap_err().code, ErrorCode::TypeMismatch);
+        assert_eq!(apply(&wide, Value::Int(1)).unwrap_err().code, ErrorCode::TypeMismatch);
+        assert_eq!(apply(&d, Value::Text("x".into())).unwrap_err().code, ErrorCode::TypeMismatch);
+        let far = Delta { column: 5, ..d };
+        assert_eq!(apply(&far, Value::Int(5)).unwrap_err().code, ErrorCode::InvalidArgument);
     }
 }

@@ -349,9 +349,7 @@ fn updated(
         }
     }
     for d in deltas {
-        if let Some(slot) = r.get_mut(d.column as usize) {
-            *slot = d.apply(slot)?;
-        }
+        d.apply_to(&mut r)?;
     }
     Ok(r)
 }
