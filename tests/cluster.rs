@@ -226,6 +226,27 @@ async fn stopped_primary_is_fenced_and_refused_no_split_brain() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_mgmd_declares_no_data_node_down() {
+    let cluster = TestCluster::start(1, 2, 1);
+    let client = cluster.client().await;
+    client.create_table(kv_spec("t"), false).await.unwrap();
+    let epoch = cluster.status()["epoch"].as_u64().unwrap();
+    // A frozen mgmd hears no heartbeat, but the data nodes were never silent: waking up, it
+    // must not take its own gap for their failure (it once declared every node down at once).
+    cluster.signal(1, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2500));
+    cluster.signal(1, libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(3));
+    let s = cluster.status();
+    for id in [11, 12] {
+        assert_eq!(TestCluster::node(&s, id)["state"], "up", "node {id} after the mgmd stall: {s:#}");
+    }
+    assert_eq!(s["epoch"].as_u64().unwrap(), epoch, "the map changed: {s:#}");
+    client.upsert("t", row(1, "x")).await.unwrap();
+    assert_eq!(client.get("t", vec![Value::Int(1)]).await.unwrap(), Some(row(1, "x")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn map_changes_after_the_raft_leader_is_killed() {
     let cluster = TestCluster::start(1, 2, 3);
     let client = cluster.client().await;

@@ -171,6 +171,43 @@ async fn sync_writes_survive_a_whole_cluster_kill() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_declared_down_while_alive_restarts_from_its_files() {
+    let cluster = TestCluster::start_with_args(1, 2, 1, 0, &["--gcp-interval-ms", "100"]);
+    let client = cluster.client().await.with_durability(Durability::Sync);
+    client.create_table(kv_spec("t"), false).await.unwrap();
+    for k in 0..200 {
+        client.upsert("t", vec![Value::Int(k), Value::Text(value(k))]).await.unwrap();
+    }
+    let pids = [cluster.pid(11), cluster.pid(12)];
+    // Both nodes of the group freeze past the failure timeout: mgmd declares both down, and
+    // when they wake they hold data but no node of the group may start it from memory.
+    cluster.signal(11, libc::SIGSTOP);
+    cluster.signal(12, libc::SIGSTOP);
+    cluster.wait_status("both nodes declared down", Duration::from_secs(15), |s| {
+        [11, 12].iter().all(|&id| TestCluster::node(s, id)["state"] == "down")
+    });
+    cluster.signal(11, libc::SIGCONT);
+    cluster.signal(12, libc::SIGCONT);
+    // They restart in place (same process id) from their own files and the group comes back.
+    cluster.wait_status("the group back up", Duration::from_secs(60), |s| {
+        [11, 12].iter().all(|&id| TestCluster::node(s, id)["state"] == "up")
+    });
+    assert_eq!([cluster.pid(11), cluster.pid(12)], pids);
+    let restarted = (11..=12)
+        .filter(|id| {
+            let log = std::fs::read_to_string(cluster.dir.join("logs").join(format!("datanode-{id}.log")));
+            log.unwrap_or_default().contains("restarting from this node's own files")
+        })
+        .count();
+    assert!(restarted > 0, "no node restarted from its files");
+    let client = cluster.client().await;
+    let rows = all_rows(&client).await;
+    for k in 0..200 {
+        assert_eq!(rows.get(&k), Some(&value(k)), "sync write of key {k} is gone");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_node_catches_up_and_then_carries_the_data_alone() {
     let cluster = TestCluster::start(1, 2, 1);
     let client = cluster.client().await;

@@ -128,6 +128,9 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32, load
         match link.heartbeat(req).await {
             Ok(resp) => {
                 failures = 0;
+                if resp.restart_from_files {
+                    restart_from_files();
+                }
                 let down = resp.state == pb::NodeState::Down as i32;
                 if down {
                     node.drop_lease();
@@ -146,6 +149,21 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32, load
             }
         }
     }
+}
+
+/// Replaces this process with a fresh start of the same program and arguments (same pid, new
+/// incarnation), which restores from the node's own files like a restart after a crash: what
+/// mgmd asks of a node declared down while alive when its node group can start again only from
+/// files (NDB's angel process restarts a node excluded from the cluster the same way).
+fn restart_from_files() -> ! {
+    use std::os::unix::process::CommandExt;
+    tracing::warn!("declared down while alive and asked to restart: restarting from this node's own files");
+    let err = match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec(),
+        Err(e) => e,
+    };
+    tracing::error!("cannot restart this process: {err}");
+    std::process::exit(1)
 }
 
 /// Follows the cluster map: a watch stream from one mgmd, plus on-demand fetches of the newest

@@ -33,6 +33,9 @@ pub const GROUP_START_WAIT_MS: u64 = 3000;
 pub const REBALANCE_AFTER_MS: u64 = 1000;
 /// Pause before proposing a join or bootstrap again after a failed attempt.
 pub const RETRY_AFTER_MS: u64 = 500;
+/// A gap this long between two runs of the decision loop (normally `LEADER_TICK_MS`) means this
+/// mgmd was stalled; see `Term::silence_floor`.
+pub const STALL_MS: u64 = 300;
 /// Upper bound on one quorum confirmation round.
 pub const CONFIRM_TIMEOUT_MS: u64 = 500;
 
@@ -57,6 +60,8 @@ pub struct HeartbeatAnswer {
     pub lease_ms: u64,
     pub state: NodeState,
     pub epoch: Epoch,
+    /// Restart and restore from your own files (see `Term::restart_asked`).
+    pub restart_from_files: bool,
 }
 
 struct PendingJoin {
@@ -70,8 +75,15 @@ struct PendingJoin {
 /// The leader's memory for one term.
 struct Term {
     term: u64,
-    /// When this node became leader: the failure detector's grace period starts here.
+    /// When this node became leader.
     since: Instant,
+    /// The failure detector counts a node's silence from no earlier than this: when this node
+    /// became leader, or when its own decision loop last resumed after a stall. A leader that
+    /// was itself frozen (a paused VM, a starved process) heard nothing in that time; taking the
+    /// gap for silence would declare every data node down at once.
+    silence_floor: Instant,
+    /// When the decision loop last ran.
+    last_tick: Instant,
     /// The state machine has applied everything committed before this term: decisions may
     /// be taken from the local model.
     caught_up: bool,
@@ -97,6 +109,11 @@ struct Term {
     /// flag; a table not renewed for `READ_ONLY_LEASE_MS` gets its writes back.
     read_only_renewed: HashMap<String, Instant>,
     read_only_release_in_flight: HashSet<String>,
+    /// Nodes (with the incarnation) told to restart and restore from their own files: they were
+    /// declared down while alive, so they hold in memory only what they loaded at start plus
+    /// what came after, and no node of their group can start it from that. Asked once per
+    /// incarnation: a node that restarted and still cannot start the group must not loop.
+    restart_asked: HashMap<NodeId, u64>,
 }
 
 impl Term {
@@ -104,6 +121,8 @@ impl Term {
         Term {
             term,
             since: now,
+            silence_floor: now,
+            last_tick: now,
             caught_up: false,
             confirmed_at: None,
             last_seen: HashMap::new(),
@@ -118,6 +137,7 @@ impl Term {
             progress: HashMap::new(),
             read_only_renewed: HashMap::new(),
             read_only_release_in_flight: HashSet::new(),
+            restart_asked: HashMap::new(),
         }
     }
 
@@ -298,6 +318,17 @@ impl Leader {
     fn tick(self: &Arc<Self>, now: Instant) {
         let mut guard = self.term.lock();
         let Some(t) = guard.as_mut() else { return };
+        let gap = now.saturating_duration_since(t.last_tick);
+        t.last_tick = now;
+        if gap > Duration::from_millis(STALL_MS) {
+            // Heartbeats that arrived during the stall are still queued: count from now.
+            tracing::warn!(
+                ms = gap.as_millis() as u64,
+                "mgmd {}: decision loop stalled; failure detection starts over",
+                self.consensus.id
+            );
+            t.silence_floor = now;
+        }
         if !t.caught_up {
             return;
         }
@@ -396,8 +427,8 @@ impl Leader {
                 continue;
             }
             let last = match t.last_seen.get(&n.id) {
-                Some(&(at, inc)) if inc == n.incarnation => at.max(t.since),
-                _ => t.since,
+                Some(&(at, inc)) if inc == n.incarnation => at.max(t.silence_floor),
+                _ => t.silence_floor,
             };
             let silent = now.saturating_duration_since(last);
             if silent <= timeout {
@@ -472,6 +503,19 @@ impl Leader {
                     .filter(|id| t.joins.get(id).is_some_and(|p| Model::can_start_group(cluster, &p.info)))
                     .collect();
                 if able.is_empty() {
+                    for &id in &ids {
+                        let Some(p) = t.joins.get(&id) else { continue };
+                        let inc = p.info.incarnation;
+                        if Model::should_restart_from_files(cluster, &p.info)
+                            && t.restart_asked.insert(id, inc) != Some(inc)
+                        {
+                            tracing::warn!(
+                                group,
+                                node = id,
+                                "node group {group} is down and node {id} was declared down while alive: asking it to restart from its own files"
+                            );
+                        }
+                    }
                     if now.saturating_duration_since(t.group_wait_logged) >= Duration::from_secs(5) {
                         t.group_wait_logged = now;
                         let newest = cluster
@@ -560,7 +604,12 @@ impl Leader {
         }
         if hb.restoring {
             // Loading its files: nothing to grant, and no join yet.
-            return Ok(HeartbeatAnswer { lease_ms: 0, state: NodeState::Down, epoch: cluster.epoch });
+            return Ok(HeartbeatAnswer {
+                lease_ms: 0,
+                state: NodeState::Down,
+                epoch: cluster.epoch,
+                restart_from_files: false,
+            });
         }
         t.last_seen.insert(hb.node_id, (now, hb.incarnation));
         let node = cluster.node(hb.node_id).filter(|n| n.kind == NodeKind::DataNode);
@@ -575,7 +624,7 @@ impl Leader {
             if lease_ms > 0 {
                 t.granted.insert(hb.node_id, now);
             }
-            return Ok(HeartbeatAnswer { lease_ms, state: n.state, epoch: cluster.epoch });
+            return Ok(HeartbeatAnswer { lease_ms, state: n.state, epoch: cluster.epoch, restart_from_files: false });
         }
         // Down, restarted (new incarnation) or not in the model yet: it has to join first.
         let info = JoinInfo {
@@ -594,7 +643,8 @@ impl Leader {
             p.info = info;
         }
         // The model's state belongs to an older incarnation: for this one the node is down.
-        Ok(HeartbeatAnswer { lease_ms: 0, state: NodeState::Down, epoch: cluster.epoch })
+        let restart_from_files = t.restart_asked.get(&hb.node_id) == Some(&hb.incarnation);
+        Ok(HeartbeatAnswer { lease_ms: 0, state: NodeState::Down, epoch: cluster.epoch, restart_from_files })
     }
 
     /// A peer could not reach `node_id`. Declares it down, but only once every lease it may

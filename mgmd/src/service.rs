@@ -199,8 +199,15 @@ impl pb::mgmd_server::Mgmd for MgmdService {
                 lease_ms: a.lease_ms,
                 state: state_to_pb(a.state) as i32,
                 epoch: a.epoch,
+                restart_from_files: a.restart_from_files,
             },
-            Err(e) => pb::HeartbeatResponse { error: Some(e.into()), lease_ms: 0, state: 0, epoch: self.epoch() },
+            Err(e) => pb::HeartbeatResponse {
+                error: Some(e.into()),
+                lease_ms: 0,
+                state: 0,
+                epoch: self.epoch(),
+                restart_from_files: false,
+            },
         }))
     }
 

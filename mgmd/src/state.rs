@@ -21,6 +21,17 @@ pub const MAX_ROLLED_BACK: usize = 16;
 /// Most tables in one cluster.
 pub const MAX_TABLES: usize = 4096;
 
+/// The newest global checkpoint any data node of `group` can restore from its files.
+fn newest_restorable(cluster: &ClusterState, group: u32) -> u64 {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::DataNode && n.node_group == group)
+        .map(|n| n.restorable_gci)
+        .max()
+        .unwrap_or(0)
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JoinInfo {
     pub id: NodeId,
@@ -389,14 +400,17 @@ impl Model {
     /// it restored them, up to what mgmd recorded for it, and no member of its group has newer.
     pub fn can_start_group(cluster: &ClusterState, j: &JoinInfo) -> bool {
         let Some(me) = cluster.node(j.id) else { return false };
-        let newest = cluster
-            .nodes
-            .iter()
-            .filter(|n| n.kind == NodeKind::DataNode && n.node_group == me.node_group)
-            .map(|n| n.restorable_gci)
-            .max()
-            .unwrap_or(0);
-        j.loaded_gci == Some(me.restorable_gci) && me.restorable_gci == newest
+        j.loaded_gci == Some(me.restorable_gci) && me.restorable_gci == newest_restorable(cluster, me.node_group)
+    }
+
+    /// Whether `j` should restart and restore from its own files so its group can start: it
+    /// was declared down while alive (the model still holds the incarnation that asks), so it
+    /// loaded its files long ago, and they now hold the group's newest restorable state.
+    pub fn should_restart_from_files(cluster: &ClusterState, j: &JoinInfo) -> bool {
+        let Some(me) = cluster.node(j.id) else { return false };
+        me.incarnation == j.incarnation
+            && j.loaded_gci != Some(me.restorable_gci)
+            && me.restorable_gci == newest_restorable(cluster, me.node_group)
     }
 
     fn config(&self) -> Result<&ClusterConfig, ShoalError> {
