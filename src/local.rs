@@ -154,7 +154,8 @@ impl LocalCluster {
         (cmdline.contains("shoal-") && cmdline.contains(&format!("--id\0{id}\0")) && !zombie).then_some(pid)
     }
 
-    /// Starts node `id` in the background (its own session, output appended to its log file).
+    /// Starts node `id` in the background (its own process group, output appended to its log
+    /// file).
     pub fn start(&self, id: u32) -> Result<u32> {
         let kind = self.kind_of(id).with_context(|| format!("no node {id} in this cluster"))?;
         if let Some(pid) = self.pid(id) {
@@ -177,12 +178,16 @@ impl LocalCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        // A node must not die with the terminal of whoever started it: `shoal up` and
-        // `shoal node stop` signal it through its pid file.
+        // A node must not die with the terminal's Ctrl-C or hang-up, which go to the foreground
+        // process group: `shoal up` and `shoal node stop` signal it through its pid file. Its own
+        // process group, not its own session: with the kernel's autogroup scheduling each
+        // session is a CPU group of its own, and a node alone in an idle group waited up to 2.4 s
+        // for a CPU while another session kept both cores busy (measured with `perf sched
+        // timehist`) — long enough to miss heartbeats and be declared down.
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(|| {
-                libc::setsid();
+                libc::setpgid(0, 0);
                 Ok(())
             });
         }

@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -94,17 +95,20 @@ impl Mem {
     }
 }
 
-/// The open log file. Only touched from the blocking pool.
+/// The open log file. Only touched from the blocking pool, whose fsyncs hold its lock: a
+/// runtime worker waiting for that lock would stall the whole mgmd while the disk is slow (on a
+/// shared disk, long enough for the failure detector to lose every heartbeat). Its length is
+/// mirrored in `len` for readers outside the pool.
 struct LogFile {
     path: PathBuf,
     file: File,
-    len: u64,
+    len: Arc<AtomicU64>,
 }
 
 impl LogFile {
     fn append(&mut self, buf: &[u8], sync: bool) -> Result<(), FileError> {
         self.file.write_all(buf).map_err(|e| FileError::io("append to", &self.path, e))?;
-        self.len += buf.len() as u64;
+        self.len.fetch_add(buf.len() as u64, Ordering::Relaxed);
         if sync {
             self.file.sync_data().map_err(|e| FileError::io("fsync", &self.path, e))?;
         }
@@ -115,7 +119,7 @@ impl LogFile {
     fn replace(&mut self, buf: &[u8]) -> Result<(), FileError> {
         file::write_atomic(&self.path, buf)?;
         self.file = file::open_append(&self.path)?;
-        self.len = buf.len() as u64;
+        self.len.store(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -123,6 +127,8 @@ impl LogFile {
 pub struct LogStore {
     mem: Arc<RwLock<Mem>>,
     file: Arc<Mutex<LogFile>>,
+    /// The log file's length (see `LogFile`).
+    file_len: Arc<AtomicU64>,
     vote_path: PathBuf,
     vote: Option<Vote>,
     compact_min_bytes: u64,
@@ -202,9 +208,11 @@ impl LogStore {
             vote = ?vote,
             "opened raft log"
         );
+        let file_len = Arc::new(AtomicU64::new(scan.valid_len as u64));
         Ok(LogStore {
             mem: Arc::new(RwLock::new(mem)),
-            file: Arc::new(Mutex::new(LogFile { path, file: f, len: scan.valid_len as u64 })),
+            file: Arc::new(Mutex::new(LogFile { path, file: f, len: file_len.clone() })),
+            file_len,
             vote_path,
             vote,
             compact_min_bytes: COMPACT_MIN_FILE_BYTES,
@@ -219,7 +227,7 @@ impl LogStore {
 
     #[cfg(test)]
     fn file_len(&self) -> u64 {
-        self.file.lock().len
+        self.file_len.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on the log file in the blocking pool: fsync must not stall a runtime worker.
@@ -239,7 +247,7 @@ impl LogStore {
 
     /// Rewrites the file with only the live records when it is mostly dead ones.
     async fn maybe_compact(&self) -> Result<(), StorageError> {
-        let file_len = self.file.lock().len;
+        let file_len = self.file_len.load(Ordering::Relaxed);
         let buf = {
             let mem = self.mem.read();
             let live = mem.live_bytes();

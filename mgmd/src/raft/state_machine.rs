@@ -279,11 +279,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        Ok(self
-            .snapshot
-            .lock()
-            .as_ref()
-            .map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) }))
+        // The slot stays locked while a snapshot file is written and fsynced: wait for it in
+        // the blocking pool, not on a runtime worker.
+        let slot = self.snapshot.clone();
+        tokio::task::spawn_blocking(move || {
+            slot.lock()
+                .as_ref()
+                .map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) })
+        })
+        .await
+        .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
     }
 }
 
