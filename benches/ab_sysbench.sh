@@ -17,13 +17,7 @@ shift $(( $# < 6 ? $# : 6 ))
 source benches/lib.sh
 need_packages sysbench:sysbench mariadb:mariadb-client
 
-work=$(mktemp -d)
-up_pid=""
-cleanup() {
-  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_workdir
 
 # one BIN [sysbench option ...] sets `rate`: the workload's TPS (QPS for oltp_point_select) on a
 # fresh cluster. Not run in a subshell, so the EXIT trap stops the cluster if anything fails.

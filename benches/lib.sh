@@ -11,6 +11,21 @@ need_packages() {
   fi
 }
 
+# bench_workdir makes the temporary directory $work and arranges that on exit (also on failure)
+# the cluster (up_pid, from start_shoal) and MariaDB (mdb_pid, from start_mariadb) stop and the
+# directory goes.
+bench_workdir() {
+  work=$(mktemp -d)
+  up_pid=""
+  mdb_pid=""
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  [ -n "$mdb_pid" ] && kill "$mdb_pid" 2>/dev/null && wait "$mdb_pid" 2>/dev/null || true
+  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+
 # A TCP port nothing listens on now.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -18,15 +18,7 @@ need_packages sysbench:sysbench mariadbd:mariadb-server mariadb:mariadb-client
 cargo build --release -q
 SHOAL=target/release/shoal
 
-work=$(mktemp -d)
-mdb_pid=""
-up_pid=""
-cleanup() {
-  [ -n "$mdb_pid" ] && kill "$mdb_pid" 2>/dev/null && wait "$mdb_pid" 2>/dev/null || true
-  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_workdir
 # 1024 client threads need as many file descriptors on both sides.
 ulimit -n 65536 2>/dev/null || true
 

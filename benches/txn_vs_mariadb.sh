@@ -15,15 +15,7 @@ need_packages sysbench:sysbench mariadbd:mariadb-server
 cargo build --release -q
 SHOAL=target/release/shoal
 
-work=$(mktemp -d)
-mdb_pid=""
-up_pid=""
-cleanup() {
-  [ -n "$mdb_pid" ] && kill "$mdb_pid" 2>/dev/null && wait "$mdb_pid" 2>/dev/null || true
-  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+bench_workdir
 
 start_shoal "$SHOAL" "$work/shoal" --node-groups 2
 shoal_run() { # clients extra -> "tps p99"

@@ -56,7 +56,9 @@ impl Client {
     pub fn begin(&self) -> Transaction {
         let n = self.inner.hidden_next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Ids count up from a random 31-bit prefix; single writes' lock owners count down from
-        // u64::MAX, so the two never meet.
+        // u64::MAX, so the two never meet. Data nodes rely on this layout: a transaction waits
+        // only briefly for an older one of the same prefix (datanode/src/partition.rs).
+        // Top bit clear, prefix above bit 32, counter below.
         let id = (self.inner.hidden_prefix >> 1) | (n & 0xffff_ffff);
         Transaction { client: self.clone(), id, tc: None, parts: BTreeMap::new(), finished: false }
     }
