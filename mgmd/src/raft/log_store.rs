@@ -97,8 +97,8 @@ impl Mem {
 
 /// The open log file. Only touched from the blocking pool, whose fsyncs hold its lock: a
 /// runtime worker waiting for that lock would stall the whole mgmd while the disk is slow (on a
-/// shared disk, long enough for the failure detector to lose every heartbeat). Its length is
-/// mirrored in `len` for readers outside the pool.
+/// shared disk, long enough for the failure detector to lose every heartbeat). Its length
+/// lives in `len`, shared with `LogStore::file_len` so readers outside the pool need no lock.
 struct LogFile {
     path: PathBuf,
     file: File,
