@@ -2,6 +2,11 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/shoal.proto");
     let fds = protox::compile(["proto/shoal.proto"], ["proto"])?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    // Rows read and encoded keys travel as `Bytes`: decoding slices them out of the received
+    // buffer instead of copying each into a Vec of its own.
+    tonic_prost_build::configure()
+        .bytes(".shoal.v1.OpResult.row_data")
+        .bytes(".shoal.v1.Op.key_data")
+        .compile_fds(fds)?;
     Ok(())
 }

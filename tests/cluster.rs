@@ -199,8 +199,7 @@ async fn stopped_primary_is_fenced_and_refused_no_split_brain() {
         partition,
         key: vec![],
         row: vec![pb::Value::from(Value::Int(key)), pb::Value::from(Value::Text("split-brain".into()))],
-        columns: vec![],
-        deltas: vec![],
+        ..Default::default()
     };
     let resp = raw
         .execute(pb::BatchRequest { epoch: old_map.epoch, read_backup: false, ops: vec![op], schema_version: 0 })
@@ -339,16 +338,30 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
         table_id: table.id,
         partition,
         key: vec![pb::Value::from(Value::Int(1))],
-        row: vec![],
-        columns: vec![],
-        deltas: vec![],
+        ..Default::default()
     };
     let wrong_partition = (p + 1) % table.partition_count;
+    // An encoded key that is not one of the table's keys, and the right key encoded but sent
+    // to the wrong partition.
+    let (encoded, _) = shoal_proto::codec::encode_key(&table, vec![Value::Int(1)]).unwrap();
+    let raw_key = |kind: pb::OpKind, key_data: &[u8], partition: u32| pb::Op {
+        kind: kind as i32,
+        table_id: table.id,
+        partition,
+        key_data: key_data.to_vec().into(),
+        ..Default::default()
+    };
     let resp = raw
         .execute(pb::BatchRequest {
             epoch: map.epoch,
             read_backup: true,
-            ops: vec![op(99, p), op(pb::OpKind::Read as i32, wrong_partition)],
+            ops: vec![
+                op(99, p),
+                op(pb::OpKind::Read as i32, wrong_partition),
+                raw_key(pb::OpKind::Read, &encoded, wrong_partition),
+                raw_key(pb::OpKind::Update, b"\x01\x02", p),
+                raw_key(pb::OpKind::Delete, &[0xAB; 9], p),
+            ],
             schema_version: 0,
         })
         .await

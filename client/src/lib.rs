@@ -185,7 +185,12 @@ struct Prepared {
 /// An operation's answer: a read's row decoded with the layout of the table the read was
 /// routed by (`table_id`; a table id's columns never change, so any map that still holds it
 /// will do), or an unchanged update's empty row (see [`OpOutcome`]).
-fn row_of(map: &ClusterState, table_id: Option<u32>, r: &pb::OpResult) -> Result<Option<Row>> {
+fn row_of<'m>(
+    map: &'m ClusterState,
+    memo: &mut TableMemo<'m>,
+    table_id: Option<u32>,
+    r: &pb::OpResult,
+) -> Result<Option<Row>> {
     if r.unchanged {
         return Ok(Some(Row::new()));
     }
@@ -193,9 +198,38 @@ fn row_of(map: &ClusterState, table_id: Option<u32>, r: &pb::OpResult) -> Result
         return Ok(None);
     }
     let table = table_id
-        .and_then(|id| map.table_by_id(id))
+        .and_then(|id| memo.by_id(map, id))
         .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, "the table read was dropped"))?;
     codec::decode_row(table, &r.row_data).map(Some)
+}
+
+/// The table the previous operation of a batch named: a batch's operations mostly name one
+/// table, and the map finds tables by walking its list.
+#[derive(Default)]
+struct TableMemo<'m> {
+    last: Option<&'m Table>,
+}
+
+impl<'m> TableMemo<'m> {
+    fn by_name(&mut self, map: &'m ClusterState, name: &str) -> Option<&'m Table> {
+        match self.last {
+            Some(t) if t.spec.name.eq_ignore_ascii_case(name) => Some(t),
+            _ => {
+                self.last = map.table(name);
+                self.last
+            }
+        }
+    }
+
+    fn by_id(&mut self, map: &'m ClusterState, id: u32) -> Option<&'m Table> {
+        match self.last {
+            Some(t) if t.id == id => Some(t),
+            _ => {
+                self.last = map.table_by_id(id);
+                self.last
+            }
+        }
+    }
 }
 
 impl Client {
@@ -436,6 +470,10 @@ impl Client {
     }
 
     fn prepare(&self, map: &ClusterState, op: &KeyOp) -> Result<Prepared> {
+        self.prepare_with(map, &mut TableMemo::default(), op)
+    }
+
+    fn prepare_with<'m>(&self, map: &'m ClusterState, memo: &mut TableMemo<'m>, op: &KeyOp) -> Result<Prepared> {
         let (name, kind) = match op {
             KeyOp::Read { table, .. } => (table, pb::OpKind::Read),
             KeyOp::Insert { table, .. } => (table, pb::OpKind::Insert),
@@ -443,8 +481,8 @@ impl Client {
             KeyOp::Update { table, .. } => (table, pb::OpKind::Update),
             KeyOp::Delete { table, .. } => (table, pb::OpKind::Delete),
         };
-        let table = map
-            .table(name)
+        let table = memo
+            .by_name(map, name)
             .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table {name} does not exist")))?;
         let (key, row, columns, deltas) = match op {
             KeyOp::Read { key, .. } | KeyOp::Delete { key, .. } => (key.clone(), vec![], vec![], vec![]),
@@ -456,9 +494,14 @@ impl Client {
                 (table.key_of(&row), row, vec![], vec![])
             }
         };
-        let (_, key) = encode_key(table, key)?;
+        let (key_data, key) = encode_key(table, key)?;
         let partition = codec::partition_of_key(table, &key);
-        let key = if matches!(kind, pb::OpKind::Insert | pb::OpKind::Upsert) { vec![] } else { key };
+        // Reads send the encoded key, which the data node looks up as it is.
+        let (key, key_data) = match kind {
+            pb::OpKind::Insert | pb::OpKind::Upsert => (vec![], vec![]),
+            pb::OpKind::Read => (vec![], key_data),
+            _ => (key, vec![]),
+        };
         Ok(Prepared {
             partition,
             op: pb::Op {
@@ -469,6 +512,7 @@ impl Client {
                 row: values_to_pb(row),
                 columns,
                 deltas,
+                key_data: key_data.into(),
             },
             is_read: kind == pb::OpKind::Read,
         })
@@ -498,12 +542,13 @@ impl Client {
             let map = self.map();
             let mut by_node: HashMap<NodeId, Vec<(usize, Prepared)>> = HashMap::new();
             let mut retry = vec![];
+            let mut memo = TableMemo::default();
             for &i in &pending {
                 if pinned[i].is_some_and(|t| map.table(ops[i].table()).map(|x| x.id) != Some(t)) {
                     out[i] = Some(Err(schema_changed()));
                     continue;
                 }
-                let prepared = match self.prepare(&map, &ops[i]) {
+                let prepared = match self.prepare_with(&map, &mut memo, &ops[i]) {
                     Ok(p) => {
                         pinned[i] = Some(p.op.table_id);
                         p
@@ -559,6 +604,7 @@ impl Client {
                 }
             });
             let mut saw_newer_epoch = false;
+            let mut memo = TableMemo::default();
             for (idx, resp) in futures::future::join_all(sends).await {
                 match resp {
                     Ok(results) => {
@@ -566,7 +612,7 @@ impl Client {
                             match check(r.error.take()) {
                                 Ok(()) => {
                                     gcis[i] = r.gci;
-                                    out[i] = Some(row_of(&map, pinned[i], &r));
+                                    out[i] = Some(row_of(&map, &mut memo, pinned[i], &r));
                                 }
                                 Err(e) if e.is_retriable() => {
                                     saw_newer_epoch |= e.current_epoch > map.epoch;

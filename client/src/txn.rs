@@ -254,7 +254,7 @@ impl Transaction {
                                 self.parts.insert(slot, (node, r.terms.get(k).copied().unwrap_or(0)));
                             }
                             match check(res.error.take()) {
-                                Ok(()) => out[i] = Some(crate::row_of(&map, pinned[i], &res)),
+                                Ok(()) => out[i] = Some(crate::row_of(&map, &mut Default::default(), pinned[i], &res)),
                                 Err(e) if e.is_retriable() && !self.parts.contains_key(&slot) => retry.push(i),
                                 Err(e) if e.is_retriable() => {
                                     out[i] = Some(Err(aborted(format!("the transaction's partition moved: {e}"))))

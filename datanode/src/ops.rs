@@ -37,6 +37,8 @@ pub struct Op {
     pub partition: PartitionId,
     /// Primary key values (read, update, delete).
     pub key: Vec<Value>,
+    /// Or the primary key already encoded (`key` is then empty).
+    pub key_data: Option<shoal_proto::bytes::Bytes>,
     /// Every column (insert, upsert) or the columns named in `columns` (update).
     pub row: Vec<Value>,
     pub columns: Vec<u32>,
@@ -50,6 +52,18 @@ pub fn table_of(map: &ClusterState, id: TableId) -> Result<&Table, ShoalError> {
 
 pub fn check_routing(table: &Table, key: &[Value], partition: PartitionId) -> Result<(), ShoalError> {
     let owner = codec::partition_of_key(table, key);
+    if owner != partition {
+        return Err(ShoalError::new(
+            ErrorCode::InvalidArgument,
+            format!("key belongs to partition {owner}, not {partition}"),
+        ));
+    }
+    Ok(())
+}
+
+/// [`check_routing`] for an encoded key.
+fn check_encoded_routing(table: &Table, key: &[u8], partition: PartitionId) -> Result<(), ShoalError> {
+    let owner = codec::partition_of_encoded_key(table, key)?;
     if owner != partition {
         return Err(ShoalError::new(
             ErrorCode::InvalidArgument,
@@ -81,8 +95,17 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, S
     } else {
         node.check_primary(&map, pa)?;
     }
-    let (key, values) = encode_key(table, op.key)?;
-    check_routing(table, &values, op.partition)?;
+    let key = match op.key_data {
+        Some(key) => {
+            check_encoded_routing(table, &key, op.partition)?;
+            key.to_vec()
+        }
+        None => {
+            let (key, values) = encode_key(table, op.key)?;
+            check_routing(table, &values, op.partition)?;
+            key
+        }
+    };
     let part = node
         .partition(op.table, op.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
@@ -109,7 +132,10 @@ pub fn check_write(table: &Table, op: &mut Op) -> Result<(Vec<u8>, Vec<Value>), 
             op.row = check_row(table, std::mem::take(&mut op.row))?;
             table.key_of(&op.row)
         }
-        OpKind::Update | OpKind::Delete | OpKind::Read => op.key.clone(),
+        OpKind::Update | OpKind::Delete | OpKind::Read => match &op.key_data {
+            Some(data) => codec::decode_key(table, data)?,
+            None => op.key.clone(),
+        },
     };
     encode_key(table, key_values)
 }

@@ -46,6 +46,7 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
         table: op.table_id,
         partition: op.partition,
         key: values_from_pb(op.key),
+        key_data: (!op.key_data.is_empty()).then_some(op.key_data),
         row: values_from_pb(op.row),
         columns: op.columns,
         deltas: deltas_from_pb(op.deltas),
@@ -54,7 +55,9 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
 
 fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
     match r {
-        Ok(Answer::Row(Some(row_data))) => pb::OpResult { row_data, found: true, gci, ..Default::default() },
+        Ok(Answer::Row(Some(row_data))) => {
+            pb::OpResult { row_data: row_data.into(), found: true, gci, ..Default::default() }
+        }
         Ok(Answer::Row(None)) => pb::OpResult { gci, ..Default::default() },
         Ok(Answer::Unchanged) => pb::OpResult { unchanged: true, ..Default::default() },
         Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },

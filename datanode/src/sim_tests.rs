@@ -189,7 +189,7 @@ impl Sim {
             OpKind::Insert | OpKind::Upsert => (vec![], vec![Value::Int(k), Value::Int(v)]),
             _ => (vec![Value::Int(k)], vec![]),
         };
-        Op { kind, table: table.id, partition, key, row, columns: vec![], deltas: vec![] }
+        Op { kind, table: table.id, partition, key, key_data: None, row, columns: vec![], deltas: vec![] }
     }
 
     async fn write(&self, at: NodeId, k: i64, v: i64) -> Result<(), ShoalError> {
@@ -307,6 +307,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                             table: table.id,
                             partition,
                             key: vec![Value::Int(k)],
+                            key_data: None,
                             row: vec![],
                             columns: vec![],
                             deltas: vec![],
@@ -318,6 +319,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                             table: table.id,
                             partition,
                             key: vec![],
+                            key_data: None,
                             row,
                             columns: vec![],
                             deltas: vec![],

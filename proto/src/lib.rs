@@ -22,5 +22,7 @@ pub mod pb {
 }
 
 pub use error::{ErrorCode, ShoalError};
+/// The byte buffers of `bytes` fields in the protobuf messages.
+pub use prost::bytes;
 pub use types::*;
 pub use users::{AccountName, AuthPlugin, PasswordHashes, UserAccount};

@@ -104,15 +104,45 @@ impl Session {
         &self,
         t: &TableRef,
         access: &Access,
+        f: impl FnMut(&[Value], Vec<Val>) -> SqlResult<bool>,
+    ) -> SqlResult<()> {
+        self.rows_of(t, access, true, f).await
+    }
+
+    /// Feeds every row the access path yields to `f` as SQL values, until `f` returns false.
+    pub async fn for_each_val(
+        &self,
+        t: &TableRef,
+        access: &Access,
+        mut f: impl FnMut(Vec<Val>) -> SqlResult<bool>,
+    ) -> SqlResult<()> {
+        self.rows_of(t, access, false, |_, row| f(row)).await
+    }
+
+    /// [`Session::for_each_row`]; without `keep_stored` the storage row passed is empty and
+    /// the values move into the SQL row instead of being copied (every SELECT row saves an
+    /// allocation per text column).
+    async fn rows_of(
+        &self,
+        t: &TableRef,
+        access: &Access,
+        keep_stored: bool,
         mut f: impl FnMut(&[Value], Vec<Val>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
         let name = &t.table.spec.name;
-        let convert = |row: &[Value]| -> Vec<Val> { row.iter().zip(&t.types).map(|(v, ty)| ty.load(v)).collect() };
+        let mut f = |row: Vec<Value>| -> SqlResult<bool> {
+            if keep_stored {
+                let vals = row.iter().zip(&t.types).map(|(v, ty)| ty.load(v)).collect();
+                f(&row, vals)
+            } else {
+                f(&[], row.into_iter().zip(&t.types).map(|(v, ty)| ty.load_owned(v)).collect())
+            }
+        };
         match access {
             Access::Nothing => {}
             Access::Key(k) => {
                 if let Some(row) = self.kv_get(name, k.clone()).await.map_err(|e| cluster_err(&e, t))? {
-                    f(&row, convert(&row))?;
+                    f(row)?;
                 }
             }
             Access::Unique(ix, key) => {
@@ -124,14 +154,14 @@ impl Session {
                 if let Some(entry) = entry {
                     let pk = entry[ix.columns.len()..].to_vec();
                     if let Some(row) = self.kv_get(name, pk).await.map_err(|e| cluster_err(&e, t))? {
-                        f(&row, convert(&row))?;
+                        f(row)?;
                     }
                 }
             }
             Access::Keys(keys) => {
                 let rows = self.kv_batch_get(name, keys.clone()).await.map_err(|e| cluster_err(&e, t))?;
                 for row in rows.into_iter().flatten() {
-                    if !f(&row, convert(&row))? {
+                    if !f(row)? {
                         break;
                     }
                 }
@@ -151,7 +181,7 @@ impl Session {
                 for chunk in keys.chunks(500) {
                     let rows = self.kv_batch_get(name, chunk.to_vec()).await.map_err(|e| cluster_err(&e, t))?;
                     for row in rows.into_iter().flatten() {
-                        if !f(&row, convert(&row))? {
+                        if !f(row)? {
                             return Ok(());
                         }
                     }
@@ -161,7 +191,7 @@ impl Session {
                 let mut stream = self.scan_stream(name, access);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
-                    if !f(&row, convert(&row))? {
+                    if !f(row)? {
                         break;
                     }
                 }
@@ -308,7 +338,7 @@ impl Session {
         let width = t.visible();
         let mut rows = vec![];
         let mut over = false;
-        self.for_each_row(t, &access, |_, mut row| {
+        self.for_each_val(t, &access, |mut row| {
             if held.fetch_add(1, Ordering::Relaxed) >= MAX_BUFFERED_ROWS {
                 over = true;
                 return Ok(false);
@@ -337,7 +367,7 @@ impl Session {
                     access = ordered;
                     run.presorted();
                 }
-                self.for_each_row(&scan.table, &access, |_, row| run.feed(row)).await?;
+                self.for_each_val(&scan.table, &access, |row| run.feed(row)).await?;
                 return run.finish();
             }
         }

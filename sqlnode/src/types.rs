@@ -460,6 +460,15 @@ impl SqlType {
         }
     }
 
+    /// [`SqlType::load`] taking the value: its text or bytes move instead of being copied.
+    pub fn load_owned(self, v: Value) -> Val {
+        match v {
+            Value::Text(s) => Val::Str(s),
+            Value::Bytes(b) => Val::Bytes(b),
+            v => self.load(&v),
+        }
+    }
+
     /// A storage value for a pushed-down comparison with this column, only when the conversion
     /// is exact (so the pushed filter means exactly what the SQL comparison means).
     pub fn exact_storage(self, v: &Val) -> Option<Value> {
