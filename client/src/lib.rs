@@ -484,6 +484,19 @@ impl Client {
         let table = memo
             .by_name(map, name)
             .ok_or_else(|| ShoalError::new(ErrorCode::NoSuchTable, format!("table {name} does not exist")))?;
+        if let KeyOp::Read { key, .. } = op {
+            // Reads send the encoded key, which the data node looks up as it is.
+            let key_data = codec::encode_key_ref(table, key)?;
+            let partition = codec::partition_of_encoded_key(table, &key_data)?;
+            let op = pb::Op {
+                kind: kind as i32,
+                table_id: table.id,
+                partition,
+                key_data: key_data.into(),
+                ..Default::default()
+            };
+            return Ok(Prepared { partition, op, is_read: true });
+        }
         let (key, row, columns, deltas) = match op {
             KeyOp::Read { key, .. } | KeyOp::Delete { key, .. } => (key.clone(), vec![], vec![], vec![]),
             KeyOp::Update { key, columns, values, deltas, .. } => {
@@ -494,14 +507,9 @@ impl Client {
                 (table.key_of(&row), row, vec![], vec![])
             }
         };
-        let (key_data, key) = encode_key(table, key)?;
+        let (_, key) = encode_key(table, key)?;
         let partition = codec::partition_of_key(table, &key);
-        // Reads send the encoded key, which the data node looks up as it is.
-        let (key, key_data) = match kind {
-            pb::OpKind::Insert | pb::OpKind::Upsert => (vec![], vec![]),
-            pb::OpKind::Read => (vec![], key_data),
-            _ => (key, vec![]),
-        };
+        let key = if matches!(kind, pb::OpKind::Insert | pb::OpKind::Upsert) { vec![] } else { key };
         Ok(Prepared {
             partition,
             op: pb::Op {
@@ -512,7 +520,7 @@ impl Client {
                 row: values_to_pb(row),
                 columns,
                 deltas,
-                key_data: key_data.into(),
+                key_data: Default::default(),
             },
             is_read: kind == pb::OpKind::Read,
         })

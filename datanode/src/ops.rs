@@ -95,15 +95,15 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, S
     } else {
         node.check_primary(&map, pa)?;
     }
-    let key = match op.key_data {
+    let key: std::borrow::Cow<[u8]> = match &op.key_data {
         Some(key) => {
-            check_encoded_routing(table, &key, op.partition)?;
-            key.to_vec()
+            check_encoded_routing(table, key, op.partition)?;
+            key.as_ref().into()
         }
         None => {
             let (key, values) = encode_key(table, op.key)?;
             check_routing(table, &values, op.partition)?;
-            key
+            key.into()
         }
     };
     let part = node

@@ -158,6 +158,37 @@ pub fn encode_key(table: &Table, key: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>
     Ok((out, values))
 }
 
+/// [`encode_key`] of borrowed values, without the coerced values: what a key read sends.
+/// Integer, float and bool values of their column's type are encoded as they are; any other
+/// value goes through [`coerce`] (a copy).
+pub fn encode_key_ref(table: &Table, key: &[Value]) -> Result<Vec<u8>, ShoalError> {
+    let pk = &table.spec.primary_key;
+    if key.len() != pk.len() {
+        return Err(err(
+            ErrorCode::InvalidArgument,
+            format!("table {} has {} primary key columns, got {} values", table.name(), pk.len(), key.len()),
+        ));
+    }
+    let mut out = Vec::with_capacity(16);
+    for (&i, v) in pk.iter().zip(key) {
+        let col = &table.spec.columns[i as usize];
+        match (col.ty, v) {
+            (ColumnType::Int, Value::Int(_))
+            | (ColumnType::Uint, Value::Uint(_))
+            | (ColumnType::Float, Value::Float(_))
+            | (ColumnType::Bool, Value::Bool(_)) => encode_key_value(&mut out, v),
+            _ => encode_key_value(&mut out, &coerce(col, v.clone())?),
+        }
+    }
+    if out.len() > MAX_KEY_BYTES {
+        return Err(err(
+            ErrorCode::TooLarge,
+            format!("primary key of {} bytes exceeds the limit of {MAX_KEY_BYTES}", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
 /// Decodes an encoded primary key ([`encode_key`]) back into its values; refuses bytes that
 /// are not exactly one key of the table's key types.
 pub fn decode_key(table: &Table, mut data: &[u8]) -> Result<Vec<Value>, ShoalError> {
@@ -450,7 +481,8 @@ mod tests {
         for (a, b) in [(-3, "x\0y"), (0, ""), (i64::MAX, "zz"), (i64::MIN, "\0")] {
             let key =
                 vec![Value::Int(a), Value::Text(b.into()), Value::Bool(true), Value::Bytes(vec![0, 0]), Value::Uint(9)];
-            let (enc, values) = encode_key(&t, key).unwrap();
+            let (enc, values) = encode_key(&t, key.clone()).unwrap();
+            assert_eq!(encode_key_ref(&t, &key).unwrap(), enc);
             assert_eq!(decode_key(&t, &enc).unwrap(), values);
             assert_eq!(partition_of_encoded_key(&t, &enc).unwrap(), partition_of_key(&t, &values));
             // Truncated or padded bytes are refused, never a panic.
