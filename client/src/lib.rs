@@ -424,8 +424,15 @@ impl Client {
 
     /// Reads many rows by primary key in one round trip per data node.
     pub async fn batch_get(&self, table: &str, keys: Vec<Row>) -> Result<Vec<Option<Row>>> {
+        self.batch_get_columns(table, keys, &[]).await
+    }
+
+    /// [`Client::batch_get`] of only some columns (positions; empty = all): the rows come
+    /// back whole, with the other columns NULL, and the data nodes send only what was asked.
+    pub async fn batch_get_columns(&self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Result<Vec<Option<Row>>> {
         let ops = keys.into_iter().map(|key| KeyOp::Read { table: table.into(), key }).collect();
-        self.batch(ops).await.into_iter().collect()
+        let read_backup = self.inner.opts.read_backup;
+        self.run_batch(ops, read_backup, None, columns).await.0.into_iter().collect()
     }
 
     async fn one(&self, op: KeyOp) -> Result<Option<Row>> {
@@ -437,7 +444,7 @@ impl Client {
     /// succeeds.
     pub async fn batch(&self, ops: Vec<KeyOp>) -> Vec<OpOutcome> {
         let read_backup = self.inner.opts.read_backup;
-        self.run_batch(ops, read_backup, None).await.0
+        self.run_batch(ops, read_backup, None, &[]).await.0
     }
 
     /// Like [`Client::batch`], also giving the global checkpoint each successful write was
@@ -445,14 +452,14 @@ impl Client {
     /// GCI is at most the last complete one.
     pub async fn batch_with_gci(&self, ops: Vec<KeyOp>) -> Vec<Result<(Option<Row>, u64)>> {
         let read_backup = self.inner.opts.read_backup;
-        let (out, gcis) = self.run_batch(ops, read_backup, None).await;
+        let (out, gcis) = self.run_batch(ops, read_backup, None, &[]).await;
         out.into_iter().zip(gcis).map(|(o, g)| o.map(|r| (r, g))).collect()
     }
 
     /// Reads a key from one particular data node (which must hold a complete replica), for
     /// checks of replication.
     pub async fn get_from_node(&self, node: NodeId, table: &str, key: Row) -> Result<Option<Row>> {
-        self.run_batch(vec![KeyOp::Read { table: table.into(), key }], true, Some(node))
+        self.run_batch(vec![KeyOp::Read { table: table.into(), key }], true, Some(node), &[])
             .await
             .0
             .pop()
@@ -470,10 +477,17 @@ impl Client {
     }
 
     fn prepare(&self, map: &ClusterState, op: &KeyOp) -> Result<Prepared> {
-        self.prepare_with(map, &mut TableMemo::default(), op)
+        self.prepare_with(map, &mut TableMemo::default(), op, &[])
     }
 
-    fn prepare_with<'m>(&self, map: &'m ClusterState, memo: &mut TableMemo<'m>, op: &KeyOp) -> Result<Prepared> {
+    /// `columns`: the columns a read asks for (empty = all).
+    fn prepare_with<'m>(
+        &self,
+        map: &'m ClusterState,
+        memo: &mut TableMemo<'m>,
+        op: &KeyOp,
+        columns: &[u32],
+    ) -> Result<Prepared> {
         let (name, kind) = match op {
             KeyOp::Read { table, .. } => (table, pb::OpKind::Read),
             KeyOp::Insert { table, .. } => (table, pb::OpKind::Insert),
@@ -493,6 +507,7 @@ impl Client {
                 table_id: table.id,
                 partition,
                 key_data: key_data.into(),
+                columns: columns.to_vec(),
                 ..Default::default()
             };
             return Ok(Prepared { partition, op, is_read: true });
@@ -531,6 +546,7 @@ impl Client {
         ops: Vec<KeyOp>,
         read_backup: bool,
         only_node: Option<NodeId>,
+        columns: &[u32],
     ) -> (Vec<OpOutcome>, Vec<u64>) {
         let deadline = Instant::now() + self.inner.opts.deadline;
         let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
@@ -556,7 +572,7 @@ impl Client {
                     out[i] = Some(Err(schema_changed()));
                     continue;
                 }
-                let prepared = match self.prepare_with(&map, &mut memo, &ops[i]) {
+                let prepared = match self.prepare_with(&map, &mut memo, &ops[i], columns) {
                     Ok(p) => {
                         pinned[i] = Some(p.op.table_id);
                         p

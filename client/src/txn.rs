@@ -156,6 +156,20 @@ impl Transaction {
         self.execute(vec![(op, lock)]).await.pop().unwrap_or_else(|| Err(ShoalError::internal("no outcome")))
     }
 
+    /// Lock-free reads of many keys of one table, asking only for `columns` (empty = all; the
+    /// rest come back NULL) when the transaction has no work of its own where they land (the
+    /// reads then go the batched autocommit way, as in `execute`); whole rows otherwise.
+    pub async fn get_many_columns(&mut self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Vec<OpOutcome> {
+        let ops: Vec<(KeyOp, LockMode)> =
+            keys.into_iter().map(|key| (KeyOp::Read { table: table.into(), key }, LockMode::None)).collect();
+        if !self.finished && self.plain_reads_only(&ops) {
+            let ops = ops.into_iter().map(|(op, _)| op).collect();
+            let read_backup = self.client.inner.opts.read_backup;
+            return self.client.run_batch(ops, read_backup, None, columns).await.0;
+        }
+        self.execute(ops).await
+    }
+
     /// Runs operations in the transaction, batched per data node.
     pub async fn execute(&mut self, ops: Vec<(KeyOp, LockMode)>) -> Vec<OpOutcome> {
         if self.finished {

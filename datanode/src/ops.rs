@@ -106,14 +106,32 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, S
             key.into()
         }
     };
+    // `columns` of a read: the only ones the reader wants (the rest come back NULL).
+    let keep = match op.columns.as_slice() {
+        [] => None,
+        cols => {
+            let n = table.columns().len();
+            let mut keep = vec![false; n];
+            for &c in cols {
+                *keep.get_mut(c as usize).ok_or_else(|| {
+                    ShoalError::new(ErrorCode::InvalidArgument, format!("table {} has no column {c}", table.name()))
+                })? = true;
+            }
+            Some(keep)
+        }
+    };
     let part = node
         .partition(op.table, op.partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
     if !read_backup {
         node.check_active(&part, pa)?;
     }
-    let data = part.store.lock().get(&key).map(|s| s.data.to_vec());
-    Ok(data)
+    let store = part.store.lock();
+    let Some(slot) = store.get(&key) else { return Ok(None) };
+    match keep {
+        None => Ok(Some(slot.data.to_vec())),
+        Some(keep) => codec::project_row(table, &slot.data, &keep).map(Some),
+    }
 }
 
 /// Checks a write's row (insert, upsert: replaced by the checked, coerced row) and returns

@@ -408,6 +408,55 @@ pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> 
     Ok(out)
 }
 
+/// An encoded row with the columns `keep` leaves out made NULL and their bytes dropped: what a
+/// key read answers when the reader needs only some columns. [`decode_row`] reads it (the
+/// dropped columns come out NULL).
+pub fn project_row(table: &Table, data: &[u8], keep: &[bool]) -> Result<Vec<u8>, ShoalError> {
+    let cols = table.columns();
+    let bitmap = cols.len().div_ceil(8);
+    let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
+    if data.len() < bitmap + fixed {
+        return Err(corrupt("shorter than its fixed part"));
+    }
+    let mut out = Vec::with_capacity(data.len());
+    out.extend_from_slice(&data[..bitmap + fixed]);
+    let mut var = bitmap + fixed;
+    for (i, c) in cols.iter().enumerate() {
+        let kept = keep.get(i).copied().unwrap_or(false);
+        let null = data[i / 8] & (1 << (i % 8)) != 0;
+        if !kept {
+            out[i / 8] |= 1 << (i % 8);
+        }
+        if !c.ty.is_var() || null {
+            continue;
+        }
+        let start = var;
+        let mut len: u64 = 0;
+        let mut shift = 0;
+        loop {
+            let b = *data.get(var).ok_or_else(|| corrupt("truncated length"))?;
+            var += 1;
+            len |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+            if shift > 28 {
+                return Err(corrupt("length too long"));
+            }
+        }
+        let end = var + len as usize;
+        if end > data.len() {
+            return Err(corrupt("truncated value"));
+        }
+        var = end;
+        if kept {
+            out.extend_from_slice(&data[start..end]);
+        }
+    }
+    Ok(out)
+}
+
 /// Byte offset of a fixed-width column inside an encoded row, for filters that read one column
 /// without decoding the row. None for variable-width columns.
 pub fn fixed_offset(table: &Table, column: usize) -> Option<usize> {
@@ -459,6 +508,27 @@ mod tests {
             let _ = decode_row(&t, &enc[..cut]);
         }
         assert!(decode_row(&t, &enc[..enc.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn projected_rows_decode_with_the_other_columns_null() {
+        let t = table();
+        let row = check_row(
+            &t,
+            vec![Value::Int(9), Value::Text("name".into()), Value::Float(1.5), Value::Bool(true), Value::Null],
+        )
+        .unwrap();
+        let enc = encode_row(&t, &row).unwrap();
+        for mask in 0..32u32 {
+            let keep: Vec<bool> = (0..5).map(|i| mask & (1 << i) != 0).collect();
+            let projected = project_row(&t, &enc, &keep).unwrap();
+            let want: Vec<Value> =
+                row.iter().zip(&keep).map(|(v, &k)| if k { v.clone() } else { Value::Null }).collect();
+            assert_eq!(decode_row(&t, &projected).unwrap(), want, "mask {mask:05b}");
+        }
+        for cut in 0..enc.len() {
+            let _ = project_row(&t, &enc[..cut], &[true; 5]);
+        }
     }
 
     #[test]

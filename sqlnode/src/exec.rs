@@ -106,17 +106,19 @@ impl Session {
         access: &Access,
         f: impl FnMut(&[Value], Vec<Val>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
-        self.rows_of(t, access, true, f).await
+        self.rows_of(t, access, true, &[], f).await
     }
 
     /// Feeds every row the access path yields to `f` as SQL values, until `f` returns false.
+    /// `columns`: the only columns `f` looks at (empty = all); the others may come as NULL.
     pub async fn for_each_val(
         &self,
         t: &TableRef,
         access: &Access,
+        columns: &[u32],
         mut f: impl FnMut(Vec<Val>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
-        self.rows_of(t, access, false, |_, row| f(row)).await
+        self.rows_of(t, access, false, columns, |_, row| f(row)).await
     }
 
     /// [`Session::for_each_row`]; without `keep_stored` the storage row passed is empty and
@@ -127,6 +129,7 @@ impl Session {
         t: &TableRef,
         access: &Access,
         keep_stored: bool,
+        columns: &[u32],
         mut f: impl FnMut(&[Value], Vec<Val>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
         let name = &t.table.spec.name;
@@ -159,7 +162,7 @@ impl Session {
                 }
             }
             Access::Keys(keys) => {
-                let rows = self.kv_batch_get(name, keys.clone()).await.map_err(|e| cluster_err(&e, t))?;
+                let rows = self.kv_batch_get(name, keys.clone(), columns).await.map_err(|e| cluster_err(&e, t))?;
                 for row in rows.into_iter().flatten() {
                     if !f(row)? {
                         break;
@@ -179,7 +182,7 @@ impl Session {
                     keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
                 }
                 for chunk in keys.chunks(500) {
-                    let rows = self.kv_batch_get(name, chunk.to_vec()).await.map_err(|e| cluster_err(&e, t))?;
+                    let rows = self.kv_batch_get(name, chunk.to_vec(), &[]).await.map_err(|e| cluster_err(&e, t))?;
                     for row in rows.into_iter().flatten() {
                         if !f(row)? {
                             return Ok(());
@@ -338,7 +341,7 @@ impl Session {
         let width = t.visible();
         let mut rows = vec![];
         let mut over = false;
-        self.for_each_val(t, &access, |mut row| {
+        self.for_each_val(t, &access, &[], |mut row| {
             if held.fetch_add(1, Ordering::Relaxed) >= MAX_BUFFERED_ROWS {
                 over = true;
                 return Ok(false);
@@ -367,7 +370,8 @@ impl Session {
                     access = ordered;
                     run.presorted();
                 }
-                self.for_each_val(&scan.table, &access, |row| run.feed(row)).await?;
+                let columns = crate::sql::select::needed_columns(sp, &scan.table);
+                self.for_each_val(&scan.table, &access, &columns, |row| run.feed(row)).await?;
                 return run.finish();
             }
         }

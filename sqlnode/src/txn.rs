@@ -89,13 +89,27 @@ impl Session {
         self.kv_batch(vec![op]).await.pop().unwrap_or_else(|| Err(ShoalError::internal("no outcome")))
     }
 
+    /// Reads rows by key; `columns`: the only columns the caller needs (empty = all), which
+    /// lock-free reads ask the data nodes for (the rest come back NULL, possibly not).
     pub(crate) async fn kv_batch_get(
         &self,
         table: &str,
         keys: Vec<Vec<Value>>,
+        columns: &[u32],
     ) -> Result<Vec<Option<Vec<Value>>>, ShoalError> {
         if !self.in_cluster_txn().await {
-            return self.client().batch_get(table, keys).await;
+            return self.client().batch_get_columns(table, keys, columns).await;
+        }
+        if self.read_lock() == LockMode::None {
+            let out = {
+                let mut t = self.txn.lock().await;
+                match t.as_mut() {
+                    Some(tx) => tx.get_many_columns(table, keys, columns).await,
+                    None => return self.client().batch_get_columns(table, keys, columns).await,
+                }
+            };
+            self.drop_if_aborted(&out).await;
+            return out.into_iter().collect();
         }
         let ops = keys.into_iter().map(|key| KeyOp::Read { table: table.into(), key }).collect();
         self.kv_batch(ops).await.into_iter().collect()

@@ -69,6 +69,45 @@ pub fn run(plan: &QueryPlan, outer: Option<&Outer<'_>>) -> SqlResult<Vec<Vec<Val
     }
 }
 
+/// The columns of `table` a SELECT over it alone looks at (positions, ascending): what a key
+/// read needs to fetch. Empty (= all) when a subquery or window function is in the plan (a
+/// correlated subquery sees the whole row); the primary key when no column is looked at (the
+/// rows still have to be found).
+pub fn needed_columns(sp: &SelectPlan, table: &crate::sql::bind::TableRef) -> Vec<u32> {
+    if !sp.windows.is_empty() {
+        return vec![];
+    }
+    let mut used = vec![false; table.types.len()];
+    let mut all = false;
+    let mut visit = |e: &crate::sql::expr::Expr| {
+        e.walk(&mut |x| match x {
+            crate::sql::expr::Expr::Col(i) => match used.get_mut(*i) {
+                Some(u) => *u = true,
+                None => all = true,
+            },
+            crate::sql::expr::Expr::Subquery(_) => all = true,
+            _ => {}
+        })
+    };
+    sp.filter.iter().chain(&sp.outputs).chain(&sp.group_exprs).chain(&sp.having).for_each(&mut visit);
+    for (k, _) in &sp.order {
+        if let SortKey::Expr(e) = k {
+            visit(e);
+        }
+    }
+    for a in &sp.aggs {
+        a.arg.iter().chain(a.order.iter().map(|(e, _)| e)).for_each(&mut visit);
+    }
+    if all {
+        return vec![];
+    }
+    let cols: Vec<u32> = (0..used.len()).filter(|&i| used[i]).map(|i| i as u32).collect();
+    if cols.is_empty() {
+        return table.table.spec.primary_key.clone();
+    }
+    cols
+}
+
 fn row_key(row: &[Val]) -> Vec<u8> {
     let mut k = vec![];
     for v in row {
