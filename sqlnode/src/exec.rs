@@ -144,7 +144,9 @@ impl Session {
         match access {
             Access::Nothing => {}
             Access::Key(k) => {
-                if let Some(row) = self.kv_get(name, k.clone()).await.map_err(|e| cluster_err(&e, t))? {
+                let mut rows =
+                    self.kv_batch_get(name, vec![k.clone()], columns).await.map_err(|e| cluster_err(&e, t))?;
+                if let Some(row) = rows.pop().flatten() {
                     f(row)?;
                 }
             }

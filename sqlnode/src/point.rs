@@ -23,6 +23,8 @@ pub struct PointSelect {
     table: TableRef,
     key: usize,
     project: Vec<usize>,
+    /// The columns to fetch: those projected, ascending.
+    fetch: Vec<u32>,
     columns: Vec<ColumnMeta>,
 }
 
@@ -66,7 +68,10 @@ impl Session {
         if project.len() != columns.len() {
             return None;
         }
-        Some(PointSelect { db: self.db.clone(), table, key, project, columns: columns.to_vec() })
+        let mut fetch: Vec<u32> = project.iter().map(|&c| c as u32).collect();
+        fetch.sort_unstable();
+        fetch.dedup();
+        Some(PointSelect { db: self.db.clone(), table, key, project, fetch, columns: columns.to_vec() })
     }
 
     /// Runs a point select with its parameter; None when it must go the general way.
@@ -92,8 +97,8 @@ impl Session {
             None => return None,
         };
         let row = match key {
-            Some(k) => match self.kv_get(&t.table.spec.name, vec![k]).await {
-                Ok(row) => row,
+            Some(k) => match self.kv_batch_get(&t.table.spec.name, vec![vec![k]], &p.fetch).await {
+                Ok(mut rows) => rows.pop().flatten(),
                 Err(e) => return Some(Err(crate::error::SqlError::from_cluster(&e))),
             },
             None => None,
