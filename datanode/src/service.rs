@@ -145,6 +145,7 @@ async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::Tx
     if let Err(e) = node.ensure_epoch(req.epoch).await {
         return pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 };
     }
+    crate::txn::forget_records(node, &req.forget);
     let phase = pb::TxnPhase::try_from(req.phase).unwrap_or_default();
     let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
     match crate::txn::handle_control(node, phase, req.txn_id, req.tc, req.gci, &parts, req.one_phase).await {

@@ -142,6 +142,10 @@ pub struct Txns {
     swept: Mutex<HashMap<u64, Instant>>,
     kept: Mutex<HashMap<(u64, TableId, PartitionId), Kept>>,
     decisions: Mutex<HashMap<u64, Decision>>,
+    /// Commits this node coordinated that every participant confirmed: their records at the
+    /// group peers can go (sent along with the next RECORD, or by `flush_forgets`).
+    forgets: Mutex<Vec<u64>>,
+    forget_flush_due: std::sync::atomic::AtomicBool,
     locks: AtomicUsize,
 }
 
@@ -157,6 +161,8 @@ impl Txns {
             swept: Default::default(),
             kept: Default::default(),
             decisions: Default::default(),
+            forgets: Default::default(),
+            forget_flush_due: Default::default(),
             locks: Default::default(),
         }
     }
@@ -827,9 +833,16 @@ async fn record_at_peers(
     let started = Instant::now();
     let mut recorded = 0;
     let mut failure = None;
+    // Confirmed commits' FORGETs ride along; if a peer does not take this RECORD they go
+    // back in the queue (a second FORGET of a record is harmless).
+    let forget = take_forgets(node);
+    let mut missed = false;
     for peer in group_peers(node) {
         loop {
-            match control(node, peer, pb::TxnPhase::Record, txn, gci, parts, false).await {
+            let req = control_request(node, pb::TxnPhase::Record, txn, gci, parts, false, forget.clone());
+            let sent = node.transport.txn_control(peer, req).await;
+            missed |= sent.is_err();
+            match sent {
                 Ok(_) => {
                     recorded += 1;
                     break;
@@ -852,15 +865,64 @@ async fn record_at_peers(
             }
         }
     }
+    if missed && !forget.is_empty() {
+        queue_forgets(node, forget);
+    }
     (recorded, failure)
 }
 
+/// How long confirmed commits' FORGETs wait for a RECORD to ride on before going on their own.
+const FORGET_DELAY: Duration = Duration::from_millis(20);
+/// At most this many FORGETs ride on one message.
+const MAX_FORGETS: usize = 1024;
+
+/// Lets the group peers drop `txn`'s commit record. Not urgent (nobody asks about a commit
+/// every participant confirmed), so it waits for the next RECORD to the peers, which carries
+/// it: under load a forget costs no message of its own.
 fn forget_at_peers(node: &Arc<Node>, txn: u64) {
-    for peer in group_peers(node) {
+    queue_forgets(node, [txn]);
+}
+
+/// Queues FORGETs, and a flush of them after `FORGET_DELAY` unless one is due already.
+fn queue_forgets(node: &Arc<Node>, txns: impl IntoIterator<Item = u64>) {
+    node.txns.forgets.lock().extend(txns);
+    if !node.txns.forget_flush_due.swap(true, Ordering::AcqRel) {
         let node = node.clone();
         tokio::spawn(async move {
-            let _ = control(&node, peer, pb::TxnPhase::Forget, txn, 0, &[], false).await;
+            tokio::time::sleep(FORGET_DELAY).await;
+            // Cleared first: a FORGET queued while this flush runs schedules another.
+            node.txns.forget_flush_due.store(false, Ordering::Release);
+            flush_forgets(&node).await;
         });
+    }
+}
+
+/// Sends the FORGETs no RECORD took along.
+async fn flush_forgets(node: &Arc<Node>) {
+    loop {
+        let batch = take_forgets(node);
+        let Some(&first) = batch.first() else { return };
+        for peer in group_peers(node) {
+            let req = control_request(node, pb::TxnPhase::Forget, first, 0, &[], false, batch.clone());
+            let _ = node.transport.txn_control(peer, req).await;
+        }
+    }
+}
+
+fn take_forgets(node: &Node) -> Vec<u64> {
+    let mut f = node.txns.forgets.lock();
+    let n = f.len().min(MAX_FORGETS);
+    f.drain(..n).collect()
+}
+
+/// Drops the commit records of transactions a coordinator says are confirmed everywhere.
+pub fn forget_records(node: &Node, txns: &[u64]) {
+    if txns.is_empty() {
+        return;
+    }
+    let mut d = node.txns.decisions.lock();
+    for t in txns {
+        d.remove(t);
     }
 }
 
@@ -878,7 +940,20 @@ async fn control(
     if to == node.id {
         return handle_control(node, phase, txn, node.id, gci, parts, one_phase).await;
     }
-    let req = pb::TxnControlRequest {
+    let req = control_request(node, phase, txn, gci, parts, one_phase, vec![]);
+    node.transport.txn_control(to, req).await
+}
+
+fn control_request(
+    node: &Node,
+    phase: pb::TxnPhase,
+    txn: u64,
+    gci: u64,
+    parts: &[(TableId, PartitionId)],
+    one_phase: bool,
+    forget: Vec<u64>,
+) -> pb::TxnControlRequest {
+    pb::TxnControlRequest {
         phase: phase as i32,
         txn_id: txn,
         tc: node.id,
@@ -886,8 +961,8 @@ async fn control(
         parts: parts.iter().map(|&(t, p)| pb::TxnPart { table_id: t, partition: p }).collect(),
         epoch: node.epoch(),
         one_phase,
-    };
-    node.transport.txn_control(to, req).await
+        forget,
+    }
 }
 
 /// Handles a control step addressed to this node.
