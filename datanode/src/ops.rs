@@ -86,15 +86,69 @@ pub enum Answer {
 /// when absent.
 pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, ShoalError> {
     let map = node.map();
-    let table = table_of(&map, op.table)?;
+    let (table, part) = read_target(node, &map, op.table, op.partition, read_backup)?;
+    read_from(table, &part, op)
+}
+
+/// The reads of one batch, as [`read`] each, with a (table, partition)'s checks made once for
+/// the batch (one map, one look at the lease) instead of once per key.
+pub fn read_many(
+    node: &Node,
+    ops: Vec<Result<Op, ShoalError>>,
+    read_backup: bool,
+) -> Vec<Result<Option<Vec<u8>>, ShoalError>> {
+    let map = node.map();
+    type Target<'m> = Result<(&'m Table, Arc<Partition>), ShoalError>;
+    // A batch touches a handful of partitions: a list beats a map here.
+    let mut checked: Vec<((TableId, PartitionId), Target<'_>)> = vec![];
+    ops.into_iter()
+        .map(|op| {
+            let op = op?;
+            let slot = (op.table, op.partition);
+            let target = match checked.iter().find(|(s, _)| *s == slot) {
+                Some((_, t)) => t.clone(),
+                None => {
+                    let t = read_target(node, &map, op.table, op.partition, read_backup);
+                    checked.push((slot, t.clone()));
+                    t
+                }
+            };
+            let (table, part) = target?;
+            read_from(table, &part, op)
+        })
+        .collect()
+}
+
+/// The checks a read makes before it looks at its key: the table exists, this node may serve
+/// the partition (as primary, or as any complete replica for `read_backup`), and its replica is
+/// installed (and active, as primary).
+fn read_target<'m>(
+    node: &Node,
+    map: &'m ClusterState,
+    table: TableId,
+    partition: PartitionId,
+    read_backup: bool,
+) -> Result<(&'m Table, Arc<Partition>), ShoalError> {
+    let t = table_of(map, table)?;
     let pa = map
-        .partition(op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {}", op.partition)))?;
+        .partition(partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {partition}")))?;
     if read_backup {
-        node.check_readable(&map, pa)?;
+        node.check_readable(map, pa)?;
     } else {
-        node.check_primary(&map, pa)?;
+        node.check_primary(map, pa)?;
     }
+    let part = node
+        .partition(table, partition)
+        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
+    if !read_backup {
+        node.check_active(&part, pa)?;
+    }
+    Ok((t, part))
+}
+
+/// Looks a read's key up in a replica [`read_target`] allowed.
+fn read_from(table: &Table, part: &Partition, op: Op) -> Result<Option<Vec<u8>>, ShoalError> {
     let key: std::borrow::Cow<[u8]> = match &op.key_data {
         Some(key) => {
             check_encoded_routing(table, key, op.partition)?;
@@ -120,12 +174,6 @@ pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, S
             Some(keep)
         }
     };
-    let part = node
-        .partition(op.table, op.partition)
-        .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    if !read_backup {
-        node.check_active(&part, pa)?;
-    }
     let store = part.store.lock();
     let Some(slot) = store.get(&key) else { return Ok(None) };
     match keep {

@@ -175,7 +175,7 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
     let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
     let results: Vec<OpAnswer> = if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
         // Reads finish without waiting on anything: answer inline.
-        ops.into_iter().map(|op| (op.and_then(|op| ops::read(node, op, read_backup)).map(Answer::Row), 0)).collect()
+        ops::read_many(node, ops, read_backup).into_iter().map(|r| (r.map(Answer::Row), 0)).collect()
     } else {
         // Writes run in their own task: once replication starts it must finish even if the
         // caller goes away.
