@@ -1417,6 +1417,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn key_reads_fetch_the_columns_the_plan_looks_at() {
+        let needed = |sql: &str| {
+            let p = plan(sql).unwrap();
+            let sp = select(&p);
+            let From::Scan(scan) = &sp.from else { panic!("not a scan: {sql}") };
+            crate::sql::select::needed_columns(sp, &scan.table)
+        };
+        assert_eq!(needed("SELECT SUM(y) FROM t2 WHERE y > 0"), vec![1]);
+        assert_eq!(needed("SELECT x FROM t2 WHERE x IN (1, 2)"), vec![0]);
+        assert_eq!(needed("SELECT x FROM t2 WHERE x BETWEEN 1 AND 5 ORDER BY y"), vec![0, 1]);
+        assert_eq!(needed("SELECT y, COUNT(*) FROM t2 GROUP BY y HAVING COUNT(*) > 1"), vec![1]);
+        assert_eq!(needed("SELECT * FROM t2"), vec![0, 1]);
+        // Nothing looked at: the primary key still finds the rows.
+        assert_eq!(needed("SELECT COUNT(*) FROM t2"), vec![0]);
+        // A correlated subquery sees the whole row.
+        assert_eq!(needed("SELECT x FROM t2 WHERE EXISTS (SELECT 1 FROM t1 WHERE t1.a = t2.y)"), Vec::<u32>::new());
+    }
+
     fn join(f: &From) -> &Join {
         match f {
             From::Join(j) => j,
