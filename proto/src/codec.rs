@@ -133,6 +133,16 @@ pub fn encode_index_key(out: &mut Vec<u8>, cols: &[&Column], values: &[Value]) -
     Ok(())
 }
 
+fn check_key_len(len: usize) -> Result<(), ShoalError> {
+    if len > MAX_KEY_BYTES {
+        return Err(err(
+            ErrorCode::TooLarge,
+            format!("primary key of {len} bytes exceeds the limit of {MAX_KEY_BYTES}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Validates primary key values (in primary key order) and encodes them.
 pub fn encode_key(table: &Table, key: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>), ShoalError> {
     let pk = &table.spec.primary_key;
@@ -149,12 +159,7 @@ pub fn encode_key(table: &Table, key: Vec<Value>) -> Result<(Vec<u8>, Vec<Value>
         encode_key_value(&mut out, &v);
         values.push(v);
     }
-    if out.len() > MAX_KEY_BYTES {
-        return Err(err(
-            ErrorCode::TooLarge,
-            format!("primary key of {} bytes exceeds the limit of {MAX_KEY_BYTES}", out.len()),
-        ));
-    }
+    check_key_len(out.len())?;
     Ok((out, values))
 }
 
@@ -180,12 +185,7 @@ pub fn encode_key_ref(table: &Table, key: &[Value]) -> Result<Vec<u8>, ShoalErro
             _ => encode_key_value(&mut out, &coerce(col, v.clone())?),
         }
     }
-    if out.len() > MAX_KEY_BYTES {
-        return Err(err(
-            ErrorCode::TooLarge,
-            format!("primary key of {} bytes exceeds the limit of {MAX_KEY_BYTES}", out.len()),
-        ));
-    }
+    check_key_len(out.len())?;
     Ok(out)
 }
 
@@ -193,12 +193,7 @@ pub fn encode_key_ref(table: &Table, key: &[Value]) -> Result<Vec<u8>, ShoalErro
 /// are not exactly one key of the table's key types.
 pub fn decode_key(table: &Table, mut data: &[u8]) -> Result<Vec<Value>, ShoalError> {
     let bad = || err(ErrorCode::InvalidArgument, format!("malformed primary key for table {}", table.name()));
-    if data.len() > MAX_KEY_BYTES {
-        return Err(err(
-            ErrorCode::TooLarge,
-            format!("primary key of {} bytes exceeds the limit of {MAX_KEY_BYTES}", data.len()),
-        ));
-    }
+    check_key_len(data.len())?;
     let mut out = Vec::with_capacity(table.spec.primary_key.len());
     for &c in &table.spec.primary_key {
         let ty = table.spec.columns.get(c as usize).ok_or_else(bad)?.ty;
@@ -256,12 +251,7 @@ pub fn decode_key(table: &Table, mut data: &[u8]) -> Result<Vec<Value>, ShoalErr
 /// case) that is the hash of the bytes themselves, with nothing decoded.
 pub fn partition_of_encoded_key(table: &Table, key: &[u8]) -> Result<u32, ShoalError> {
     if table.spec.partition_key == table.spec.primary_key {
-        if key.len() > MAX_KEY_BYTES {
-            return Err(err(
-                ErrorCode::TooLarge,
-                format!("primary key of {} bytes exceeds the limit of {MAX_KEY_BYTES}", key.len()),
-            ));
-        }
+        check_key_len(key.len())?;
         return Ok(hash::partition_of(key, table.partition_count));
     }
     Ok(partition_of_key(table, &decode_key(table, key)?))
@@ -352,6 +342,30 @@ fn corrupt(what: &str) -> ShoalError {
     err(ErrorCode::Internal, format!("corrupt row: {what}"))
 }
 
+/// The value of a variable-width column whose LEB128 length starts at `at` in an encoded row:
+/// (first byte of the value, end of the value).
+fn var_value(data: &[u8], mut at: usize) -> Result<(usize, usize), ShoalError> {
+    let mut len: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let b = *data.get(at).ok_or_else(|| corrupt("truncated length"))?;
+        at += 1;
+        len |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+        if shift > 28 {
+            return Err(corrupt("length too long"));
+        }
+    }
+    let end = at + len as usize;
+    if end > data.len() {
+        return Err(corrupt("truncated value"));
+    }
+    Ok((at, end))
+}
+
 /// Decodes a row written by [`encode_row`] for the same table layout.
 pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> {
     let cols = table.columns();
@@ -379,22 +393,8 @@ pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> 
             ColumnType::Float => Value::Float(f64::from_bits(u64::from_le_bytes(eight()))),
             ColumnType::Bool => Value::Bool(slot[0] != 0),
             ColumnType::Text | ColumnType::Bytes => {
-                let mut len: u64 = 0;
-                let mut shift = 0;
-                loop {
-                    let b = *data.get(var).ok_or_else(|| corrupt("truncated length"))?;
-                    var += 1;
-                    len |= u64::from(b & 0x7f) << shift;
-                    if b & 0x80 == 0 {
-                        break;
-                    }
-                    shift += 7;
-                    if shift > 28 {
-                        return Err(corrupt("length too long"));
-                    }
-                }
-                let end = var + len as usize;
-                let bytes = data.get(var..end).ok_or_else(|| corrupt("truncated value"))?;
+                let (start, end) = var_value(data, var)?;
+                let bytes = &data[start..end];
                 var = end;
                 if c.ty == ColumnType::Text {
                     Value::Text(String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("invalid UTF-8"))?)
@@ -430,29 +430,11 @@ pub fn project_row(table: &Table, data: &[u8], keep: &[bool]) -> Result<Vec<u8>,
         if !c.ty.is_var() || null {
             continue;
         }
-        let start = var;
-        let mut len: u64 = 0;
-        let mut shift = 0;
-        loop {
-            let b = *data.get(var).ok_or_else(|| corrupt("truncated length"))?;
-            var += 1;
-            len |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-            if shift > 28 {
-                return Err(corrupt("length too long"));
-            }
-        }
-        let end = var + len as usize;
-        if end > data.len() {
-            return Err(corrupt("truncated value"));
+        let (_, end) = var_value(data, var)?;
+        if kept {
+            out.extend_from_slice(&data[var..end]);
         }
         var = end;
-        if kept {
-            out.extend_from_slice(&data[start..end]);
-        }
     }
     Ok(out)
 }

@@ -89,8 +89,8 @@ impl Session {
         self.kv_batch(vec![op]).await.pop().unwrap_or_else(|| Err(ShoalError::internal("no outcome")))
     }
 
-    /// Reads rows by key; `columns`: the only columns the caller needs (empty = all), which
-    /// lock-free reads ask the data nodes for (the rest come back NULL, possibly not).
+    /// Reads rows by key; `columns`: the only columns the caller needs (empty = all). Lock-free
+    /// reads ask the data nodes for just those, so the other columns may come back NULL.
     pub(crate) async fn kv_batch_get(
         &self,
         table: &str,
