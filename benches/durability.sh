@@ -35,7 +35,7 @@ stop_shoal() {
 trap cleanup EXIT
 now_ms() { date +%s%3N; }
 
-base=$(( 30000 + RANDOM % 20000 ))
+base=$(( 20000 + RANDOM % 12000 ))  # below the ephemeral ports (lib.sh, start_shoal)
 start_ms=0
 start_shoal() { # waits for ready; sets start_ms (not in a subshell: up_pid must stick)
   local t0; t0=$(now_ms)

@@ -47,10 +47,12 @@ start_mariadb() {
 
 # start_shoal SHOAL_BIN DIR [shoal up option ...] runs a local cluster in the background on a
 # random base port (log DIR.log), sets up_pid, and waits up to 2 minutes for its `ready` line.
+# The base port stays below Linux's ephemeral range (32768 and up): sysbench's closed client
+# connections linger there in TIME_WAIT and made a node's bind fail now and then.
 start_shoal() {
   local bin=$1 dir=$2
   shift 2
-  "$bin" up --dir "$dir" --base-port "$(( 30000 + RANDOM % 20000 ))" "$@" >"$dir.log" 2>&1 &
+  "$bin" up --dir "$dir" --base-port "$(( 20000 + RANDOM % 12000 ))" "$@" >"$dir.log" 2>&1 &
   up_pid=$!
   for _ in $(seq 600); do grep -q '^ready' "$dir.log" && break; sleep 0.2; done
   grep -q '^ready' "$dir.log" || { cat "$dir.log"; exit 1; }
