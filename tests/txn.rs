@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::TestCluster;
-use shoal_client::{Client, LockMode, Transaction};
+use shoal_client::{Client, KeyOp, LockMode, Transaction};
 use shoal_proto::{Column, ColumnType, ErrorCode, ShoalError, TableSpec, Value};
 
 fn accounts_spec() -> TableSpec {
@@ -41,6 +41,19 @@ async fn transfer(client: &Client, from: i64, to: i64, amount: i64) -> Result<bo
     if bal_from < amount {
         tx.rollback().await?;
         return Ok(false);
+    }
+    if amount % 2 == 1 {
+        // Half the transfers send their writes with the commit (`commit_with`): both ways
+        // of committing go through the faults.
+        let update = |id: i64, balance: i64| KeyOp::Update {
+            table: "accounts".into(),
+            key: vec![Value::Int(id)],
+            columns: vec![1],
+            values: vec![Value::Int(balance)],
+            deltas: vec![],
+        };
+        tx.commit_with(vec![update(from, bal_from - amount), update(to, bal_to + amount)]).await?;
+        return Ok(true);
     }
     tx.update("accounts", vec![Value::Int(from)], vec![1], vec![Value::Int(bal_from - amount)]).await?;
     tx.update("accounts", vec![Value::Int(to)], vec![1], vec![Value::Int(bal_to + amount)]).await?;
@@ -412,6 +425,56 @@ async fn multi_partition_transaction_is_atomic_and_rollback_leaves_nothing() {
         assert_eq!(balance(&client.get("accounts", vec![Value::Int(k)]).await.unwrap()), k);
     }
     assert_eq!(client.get("accounts", vec![Value::Int(1000)]).await.unwrap(), None);
+
+    // Writes riding on the commit: all of them land, on every replica, or none does.
+    let set = |k: i64, v: i64| KeyOp::Update {
+        table: "accounts".into(),
+        key: vec![Value::Int(k)],
+        columns: vec![1],
+        values: vec![Value::Int(v)],
+        deltas: vec![],
+    };
+    let tx = client.begin();
+    assert!(tx.commit_with((0..20).map(|k| set(k, 100 + k)).collect()).await.unwrap() > 0);
+    for k in 0..20 {
+        let p = shoal_proto::codec::partition_of_key(&table, &[Value::Int(k)]);
+        for r in &map.partitions[p as usize].replicas {
+            let got = client.get_from_node(r.node_id, "accounts", vec![Value::Int(k)]).await.unwrap();
+            assert_eq!(balance(&got), 100 + k, "replica {} of key {k}", r.node_id);
+        }
+    }
+    // After a locked read and an update of its own, a duplicate key among the riding writes
+    // fails the commit with that error and rolls everything back, locks included.
+    let mut tx = client.begin();
+    tx.get("accounts", vec![Value::Int(30)], LockMode::Exclusive).await.unwrap();
+    tx.update("accounts", vec![Value::Int(31)], vec![1], vec![Value::Int(-5)]).await.unwrap();
+    let writes = vec![
+        set(32, -5),
+        KeyOp::Insert { table: "accounts".into(), row: vec![Value::Int(33), Value::Int(0)] },
+        KeyOp::Insert { table: "accounts".into(), row: vec![Value::Int(2000), Value::Int(7)] },
+    ];
+    let e = tx.commit_with(writes).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::DuplicateKey, "{e}");
+    for k in [30, 31, 32, 33] {
+        assert_eq!(balance(&client.get("accounts", vec![Value::Int(k)]).await.unwrap()), k);
+    }
+    assert_eq!(client.get("accounts", vec![Value::Int(2000)]).await.unwrap(), None);
+    let mut locker = client.begin();
+    for k in [30, 31, 32] {
+        locker.get("accounts", vec![Value::Int(k)], LockMode::Exclusive).await.unwrap();
+    }
+    locker.rollback().await.unwrap();
+    // The same in a one-partition transaction (a one-phase commit).
+    let mut tx = client.begin();
+    tx.get("accounts", vec![Value::Int(40)], LockMode::Exclusive).await.unwrap();
+    let dup = KeyOp::Insert { table: "accounts".into(), row: vec![Value::Int(40), Value::Int(0)] };
+    assert_eq!(tx.commit_with(vec![dup]).await.unwrap_err().code, ErrorCode::DuplicateKey);
+    let mut locker = client.begin();
+    locker.get("accounts", vec![Value::Int(40)], LockMode::Exclusive).await.unwrap();
+    locker.rollback().await.unwrap();
+    // Reads have nowhere to go.
+    let e = client.begin().commit_with(vec![KeyOp::Read { table: "accounts".into(), key: vec![Value::Int(1)] }]).await;
+    assert_eq!(e.unwrap_err().code, ErrorCode::InvalidArgument);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

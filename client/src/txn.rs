@@ -46,6 +46,9 @@ pub struct Transaction {
 /// An operation on its way to a primary: its index in the call, the op, its lock mode, and
 /// its partition.
 type Routed = (usize, pb::Op, i32, (TableId, PartitionId));
+/// A routed operation as sent: with the node it went to and the term the transaction held
+/// its partition under there before (0: none).
+type Sent = (usize, pb::Op, i32, (TableId, PartitionId), NodeId, u64);
 
 fn aborted(why: impl Into<String>) -> ShoalError {
     ShoalError::new(ErrorCode::TxnAborted, why.into())
@@ -189,69 +192,16 @@ impl Transaction {
         let mut pinned: Vec<Option<u32>> = vec![None; ops.len()];
         while !pending.is_empty() {
             let map = self.client.map();
-            let mut by_node: BTreeMap<NodeId, Vec<Routed>> = BTreeMap::new();
             let mut retry = vec![];
-            for &i in &pending {
-                if pinned[i].is_some_and(|t| map.table(ops[i].0.table()).map(|x| x.id) != Some(t)) {
-                    out[i] = Some(Err(crate::schema_changed()));
-                    continue;
-                }
-                let prepared = match self.client.prepare(&map, &ops[i].0) {
-                    Ok(p) => {
-                        pinned[i] = Some(p.op.table_id);
-                        p
-                    }
-                    Err(e) => {
-                        out[i] = Some(Err(e));
-                        continue;
-                    }
-                };
-                let slot = (prepared.op.table_id, prepared.partition);
-                let primary = map.partitions.get(prepared.partition as usize).and_then(|p| p.primary);
-                if let Some(&(held_at, _)) = self.parts.get(&slot) {
-                    if primary != Some(held_at) {
-                        out[i] = Some(Err(aborted(format!(
-                            "partition {} moved from node {held_at} during the transaction",
-                            slot.1
-                        ))));
-                        continue;
-                    }
-                }
-                match primary {
-                    Some(n) => {
-                        let lock = match ops[i].1 {
-                            LockMode::None => pb::LockMode::None,
-                            LockMode::Shared => pb::LockMode::Shared,
-                            LockMode::Exclusive => pb::LockMode::Exclusive,
-                        } as i32;
-                        by_node.entry(n).or_default().push((i, prepared.op, lock, slot));
-                    }
-                    None => retry.push(i),
-                }
-            }
+            let by_node = self.route(&map, &ops, &pending, &mut pinned, &mut out, &mut retry);
             if self.tc.is_none() {
                 self.tc = by_node.keys().next().copied();
             }
             let tc = self.tc.unwrap_or(0);
             let sends = by_node.into_iter().map(|(node, items)| {
-                let items: Vec<_> = items
-                    .into_iter()
-                    .map(|(i, op, l, slot)| {
-                        let held_term = self.parts.get(&slot).map_or(0, |&(_, t)| t);
-                        (i, op, l, slot, node, held_term)
-                    })
-                    .collect();
+                let (items, req) = self.request(map.epoch, tc, node, items);
                 let client = self.client.clone();
-                let (epoch, id) = (map.epoch, self.id);
                 async move {
-                    let req = pb::TxnExecuteRequest {
-                        epoch,
-                        txn_id: id,
-                        tc,
-                        ops: items.iter().map(|(_, op, _, _, _, _)| op.clone()).collect(),
-                        locks: items.iter().map(|(_, _, l, _, _, _)| *l).collect(),
-                        held_terms: items.iter().map(|(_, _, _, _, _, t)| *t).collect(),
-                    };
                     let resp = match client.txn_links(node) {
                         Ok(links) => links.execute.call(req).await,
                         Err(e) => Err(e),
@@ -302,11 +252,124 @@ impl Transaction {
         out.into_iter().map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome")))).collect()
     }
 
+    /// Routes `ops[i]`, for each i in `pending`, to its partition's primary: per node, each
+    /// op's index, its encoding, lock mode and partition. An op that cannot go anywhere gets
+    /// its error in `out`; one whose partition has no primary right now goes to `retry`.
+    fn route(
+        &self,
+        map: &shoal_proto::ClusterState,
+        ops: &[(KeyOp, LockMode)],
+        pending: &[usize],
+        pinned: &mut [Option<u32>],
+        out: &mut [Option<OpOutcome>],
+        retry: &mut Vec<usize>,
+    ) -> BTreeMap<NodeId, Vec<Routed>> {
+        let mut by_node: BTreeMap<NodeId, Vec<Routed>> = BTreeMap::new();
+        for &i in pending {
+            if pinned[i].is_some_and(|t| map.table(ops[i].0.table()).map(|x| x.id) != Some(t)) {
+                out[i] = Some(Err(crate::schema_changed()));
+                continue;
+            }
+            let prepared = match self.client.prepare(map, &ops[i].0) {
+                Ok(p) => {
+                    pinned[i] = Some(p.op.table_id);
+                    p
+                }
+                Err(e) => {
+                    out[i] = Some(Err(e));
+                    continue;
+                }
+            };
+            let slot = (prepared.op.table_id, prepared.partition);
+            let primary = map.partitions.get(prepared.partition as usize).and_then(|p| p.primary);
+            if let Some(&(held_at, _)) = self.parts.get(&slot) {
+                if primary != Some(held_at) {
+                    out[i] = Some(Err(aborted(format!(
+                        "partition {} moved from node {held_at} during the transaction",
+                        slot.1
+                    ))));
+                    continue;
+                }
+            }
+            match primary {
+                Some(n) => {
+                    let lock = match ops[i].1 {
+                        LockMode::None => pb::LockMode::None,
+                        LockMode::Shared => pb::LockMode::Shared,
+                        LockMode::Exclusive => pb::LockMode::Exclusive,
+                    } as i32;
+                    by_node.entry(n).or_default().push((i, prepared.op, lock, slot));
+                }
+                None => retry.push(i),
+            }
+        }
+        by_node
+    }
+
+    /// The request carrying one node's routed ops, and the ops with their node and the term
+    /// the transaction already holds their partition under (0: none yet).
+    fn request(&self, epoch: u64, tc: NodeId, node: NodeId, items: Vec<Routed>) -> (Vec<Sent>, pb::TxnExecuteRequest) {
+        let items: Vec<Sent> = items
+            .into_iter()
+            .map(|(i, op, l, slot)| {
+                let held_term = self.parts.get(&slot).map_or(0, |&(_, t)| t);
+                (i, op, l, slot, node, held_term)
+            })
+            .collect();
+        let req = pb::TxnExecuteRequest {
+            epoch,
+            txn_id: self.id,
+            tc,
+            ops: items.iter().map(|(_, op, _, _, _, _)| op.clone()).collect(),
+            locks: items.iter().map(|(_, _, l, _, _, _)| *l).collect(),
+            held_terms: items.iter().map(|(_, _, _, _, _, t)| *t).collect(),
+        };
+        (items, req)
+    }
+
     /// Commits; returns the global checkpoint the transaction was committed in (0 when it wrote
     /// nothing). With `Durability::Sync` it returns once that checkpoint is complete.
-    pub async fn commit(mut self) -> Result<u64> {
+    pub async fn commit(self) -> Result<u64> {
+        self.commit_with(vec![]).await
+    }
+
+    /// Runs `writes` and commits, one round trip shorter than `execute` and then `commit`: the
+    /// writes ride on the commit to the coordinator, which hands each participant its share
+    /// with the PREPARE (or the one-phase COMMIT), and the participant runs them first. All or
+    /// nothing: if one fails, the transaction is rolled back and that write's error returned
+    /// (a duplicate key as such; anything retriable as `TXN_ABORTED`). Writes only: there is
+    /// nowhere to return a read's row.
+    pub async fn commit_with(mut self, writes: Vec<KeyOp>) -> Result<u64> {
+        if writes.iter().any(|w| matches!(w, KeyOp::Read { .. })) {
+            return Err(ShoalError::new(ErrorCode::InvalidArgument, "only writes ride on a commit"));
+        }
+        // On an error below, dropping `self` rolls the transaction back.
+        let ops: Vec<(KeyOp, LockMode)> = writes.into_iter().map(|w| (w, LockMode::None)).collect();
+        let map = self.client.map();
+        let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];
+        let mut retry = vec![];
+        let pending: Vec<usize> = (0..ops.len()).collect();
+        let by_node = self.route(&map, &ops, &pending, &mut vec![None; ops.len()], &mut out, &mut retry);
+        if let Some(e) = out.into_iter().flatten().find_map(Result::err) {
+            return Err(e);
+        }
+        if !retry.is_empty() {
+            return Err(aborted("a written partition has no primary right now"));
+        }
+        if self.tc.is_none() {
+            self.tc = by_node.keys().next().copied();
+        }
+        let tc = self.tc.unwrap_or(0);
+        let mut execute = vec![];
+        for (node, items) in by_node {
+            let (items, req) = self.request(map.epoch, tc, node, items);
+            for (_, _, _, slot, node, held_term) in items {
+                self.parts.entry(slot).or_insert((node, held_term));
+            }
+            execute.push(pb::TxnWrites { node, req: Some(req) });
+        }
         self.finished = true;
-        let gci = self.finish(false).await?;
+        let gci = self.finish(false, execute).await?;
         if self.client.durability() == Durability::Sync && gci > 0 {
             let map = self.client.map();
             let groups: BTreeSet<u32> = self
@@ -325,10 +388,12 @@ impl Transaction {
     /// Rolls back: every lock is freed and nothing the transaction wrote becomes visible.
     pub async fn rollback(mut self) -> Result<()> {
         self.finished = true;
-        self.finish(true).await.map(|_| ())
+        self.finish(true, vec![]).await.map(|_| ())
     }
 
-    async fn finish(&mut self, rollback: bool) -> Result<u64> {
+    /// Asks the coordinator to commit (with `execute`, the writes riding on the commit) or to
+    /// roll back.
+    async fn finish(&mut self, rollback: bool, execute: Vec<pb::TxnWrites>) -> Result<u64> {
         let Some(tc) = self.tc else { return Ok(0) };
         if self.parts.is_empty() {
             return Ok(0);
@@ -337,6 +402,7 @@ impl Transaction {
             txn_id: self.id,
             parts: self.parts.keys().map(|&(t, p)| pb::TxnPart { table_id: t, partition: p }).collect(),
             rollback,
+            execute,
         };
         // The coordinator must be the node that ran the first operations (it is their
         // participant too); if it is gone, the transaction is gone with it.
@@ -373,7 +439,7 @@ impl Drop for Transaction {
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = rest.finish(true).await;
+                let _ = rest.finish(true, vec![]).await;
             });
         }
     }

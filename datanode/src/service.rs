@@ -118,6 +118,19 @@ async fn run_txn_execute(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> pb::Tx
     }
 }
 
+/// Runs a transaction's writes that rode on its commit (`TxnControlRequest.execute`): the
+/// first failure, of the request or of one write, is the answer.
+pub(crate) async fn run_attached(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> Result<(), ShoalError> {
+    let resp = run_txn_execute(node, req).await;
+    if let Some(e) = resp.error {
+        return Err(e.into());
+    }
+    match resp.results.into_iter().find_map(|r| r.error) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
 /// Applies replicated parts in order: a later part may depend on an earlier one's epoch
 /// catch-up.
 async fn apply_replicated(node: &Arc<Node>, parts: Vec<pb::ReplicateRequest>) -> pb::ReplicateBatchResponse {
@@ -133,7 +146,7 @@ async fn apply_replicated(node: &Arc<Node>, parts: Vec<pb::ReplicateRequest>) ->
 /// Commits or rolls back a transaction this node coordinates.
 async fn run_txn_commit(node: &Arc<Node>, req: pb::TxnCommitRequest) -> pb::TxnCommitResponse {
     let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-    match crate::txn::commit_as_tc(node, req.txn_id, parts, req.rollback).await {
+    match crate::txn::commit_as_tc(node, req.txn_id, parts, req.rollback, req.execute).await {
         Ok(gci) => pb::TxnCommitResponse { error: None, gci },
         Err(e) => pb::TxnCommitResponse { error: Some(e.into()), gci: 0 },
     }
@@ -148,7 +161,8 @@ async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::Tx
     crate::txn::forget_records(node, &req.forget);
     let phase = pb::TxnPhase::try_from(req.phase).unwrap_or_default();
     let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-    match crate::txn::handle_control(node, phase, req.txn_id, req.tc, req.gci, &parts, req.one_phase).await {
+    let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute };
+    match crate::txn::handle_control(node, phase, req.txn_id, req.gci, &parts, run).await {
         Ok(Some(gci)) => pb::TxnControlResponse { error: None, committed: true, gci },
         Ok(None) => pb::TxnControlResponse { error: None, committed: false, gci: 0 },
         Err(e) => pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 },

@@ -65,7 +65,8 @@ impl Transport for SimTransport {
             let target = target?;
             let phase = shoal_proto::pb::TxnPhase::try_from(req.phase).unwrap_or_default();
             let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-            crate::txn::handle_control(&target, phase, req.txn_id, req.tc, req.gci, &parts, req.one_phase).await
+            let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute };
+            crate::txn::handle_control(&target, phase, req.txn_id, req.gci, &parts, run).await
         })
     }
 }

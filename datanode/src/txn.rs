@@ -646,17 +646,29 @@ pub async fn push_prepared(node: &Node, table: TableId, partition: PartitionId, 
 
 /// Commits (or rolls back) transaction `txn` whose operations touched `parts`. Returns the GCI
 /// of the commit (0 for a rollback or a transaction that wrote nothing).
+/// `execute`: the transaction's last writes, one request per participant node, each run there
+/// with its PREPARE (or its one-phase COMMIT).
 pub async fn commit_as_tc(
     node: &Arc<Node>,
     txn: u64,
     parts: Vec<(TableId, PartitionId)>,
     rollback: bool,
+    execute: Vec<pb::TxnWrites>,
 ) -> Result<u64, ShoalError> {
     let by_node = group_by_primary(node, &parts)?;
     if rollback {
         abort_everywhere(node, txn, &by_node).await;
         return Ok(0);
     }
+    // The client routed the writes with its map; a node that is no participant under ours
+    // means a primary moved in between, and the writes' partitions with it.
+    let mut execute = match attach(&by_node, execute) {
+        Ok(e) => e,
+        Err(e) => {
+            abort_everywhere(node, txn, &by_node).await;
+            return Err(e);
+        }
+    };
     if parts.len() == 1 {
         let (&primary, _) = by_node.iter().next().expect("one part, one node");
         let stamp = match node.durability.begin_commit(parts[0].1).await {
@@ -667,18 +679,31 @@ pub async fn commit_as_tc(
             }
         };
         let gci = stamp.gci;
-        let r = control(node, primary, pb::TxnPhase::Commit, txn, gci, &parts, true).await;
+        let writes = execute.remove(&primary);
+        let rode = writes.is_some();
+        let r = control(node, primary, pb::TxnPhase::Commit, txn, gci, &parts, Run::one_phase(writes)).await;
         drop(stamp);
+        if r.is_err() && rode {
+            // A riding write failed before anything committed: free what the transaction
+            // held there (its client is done with it).
+            abort_everywhere(node, txn, &by_node).await;
+        }
         return r.map(|_| gci);
     }
     // 1. PREPARE everywhere.
     let prepared = futures::future::join_all(
-        by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Prepare, txn, 0, p, false)),
+        by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Prepare, txn, 0, p, Run::with(execute.remove(&n)))),
     )
     .await;
     if let Some(e) = prepared.into_iter().find_map(Result::err) {
         abort_everywhere(node, txn, &by_node).await;
-        return Err(if e.code == ErrorCode::TxnAborted { e } else { aborted(format!("prepare failed: {e}")) });
+        // A write that failed for good (a duplicate key, a full table) says so; anything
+        // retriable becomes the transaction's abort, which the client runs again.
+        return Err(match e.code {
+            ErrorCode::TxnAborted => e,
+            _ if !e.is_retriable() => e,
+            _ => aborted(format!("prepare failed: {e}")),
+        });
     }
     // 2. Decide and record the decision where a TC take-over finds it.
     let stamp = match node.durability.begin_commit(parts[0].1).await {
@@ -771,7 +796,7 @@ async fn carry_out(
             continue;
         }
         let results = futures::future::join_all(groups.iter().map(|(&n, p)| async move {
-            (p.clone(), control(node, n, pb::TxnPhase::Commit, txn, gci, p, false).await)
+            (p.clone(), control(node, n, pb::TxnPhase::Commit, txn, gci, p, Run::default()).await)
         }))
         .await;
         left.clear();
@@ -805,8 +830,29 @@ fn group_by_primary(
 }
 
 async fn abort_everywhere(node: &Arc<Node>, txn: u64, by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>) {
-    futures::future::join_all(by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Abort, txn, 0, p, false)))
-        .await;
+    futures::future::join_all(
+        by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Abort, txn, 0, p, Run::default())),
+    )
+    .await;
+}
+
+/// The commit's riding writes keyed by the participant that runs them; an error when one is
+/// addressed to a node that is not a participant.
+fn attach(
+    by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>,
+    execute: Vec<pb::TxnWrites>,
+) -> Result<BTreeMap<NodeId, pb::TxnExecuteRequest>, ShoalError> {
+    let mut out = BTreeMap::new();
+    for w in execute {
+        if !by_node.contains_key(&w.node) {
+            return Err(aborted(format!("node {} is no longer the primary of the writes sent to it", w.node)));
+        }
+        let req = w.req.ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, "writes without operations"))?;
+        if out.insert(w.node, req).is_some() {
+            return Err(ShoalError::new(ErrorCode::InvalidArgument, format!("two sets of writes for node {}", w.node)));
+        }
+    }
+    Ok(out)
 }
 
 /// The other live members of this node's group: where a TC records its decisions.
@@ -935,13 +981,32 @@ async fn control(
     txn: u64,
     gci: u64,
     parts: &[(TableId, PartitionId)],
-    one_phase: bool,
+    run: Run,
 ) -> Result<Option<u64>, ShoalError> {
     if to == node.id {
-        return handle_control(node, phase, txn, node.id, gci, parts, one_phase).await;
+        return handle_control(node, phase, txn, gci, parts, run).await;
     }
-    let req = control_request(node, phase, txn, gci, parts, one_phase, vec![]);
+    let mut req = control_request(node, phase, txn, gci, parts, run.one_phase, vec![]);
+    req.execute = run.execute;
     node.transport.txn_control(to, req).await
+}
+
+/// How a participant runs a PREPARE or a COMMIT: whether the COMMIT is one-phase (no PREPARE
+/// came before), and writes of the transaction to run first (they rode on the commit).
+#[derive(Default)]
+pub struct Run {
+    pub one_phase: bool,
+    pub execute: Option<pb::TxnExecuteRequest>,
+}
+
+impl Run {
+    fn with(execute: Option<pb::TxnExecuteRequest>) -> Run {
+        Run { one_phase: false, execute }
+    }
+
+    fn one_phase(execute: Option<pb::TxnExecuteRequest>) -> Run {
+        Run { one_phase: true, execute }
+    }
 }
 
 fn control_request(
@@ -962,6 +1027,7 @@ fn control_request(
         epoch: node.epoch(),
         one_phase,
         forget,
+        execute: None,
     }
 }
 
@@ -970,11 +1036,22 @@ pub async fn handle_control(
     node: &Arc<Node>,
     phase: pb::TxnPhase,
     txn: u64,
-    from: NodeId,
     gci: u64,
     parts: &[(TableId, PartitionId)],
-    one_phase: bool,
+    run: Run,
 ) -> Result<Option<u64>, ShoalError> {
+    let one_phase = run.one_phase;
+    // Writes riding on the commit run first; the first that fails fails the step (the TC
+    // then aborts the transaction everywhere, this work included).
+    if let Some(req) = run.execute {
+        if !(phase == pb::TxnPhase::Prepare || phase == pb::TxnPhase::Commit && one_phase) {
+            return Err(ShoalError::new(
+                ErrorCode::InvalidArgument,
+                "writes ride only on PREPARE or a one-phase COMMIT",
+            ));
+        }
+        crate::service::run_attached(node, req).await?;
+    }
     match phase {
         pb::TxnPhase::Prepare => prepare(node, txn, parts).await.map(|()| None),
         pb::TxnPhase::Commit => commit(node, txn, gci, parts, one_phase).await.map(|()| None),
@@ -988,7 +1065,6 @@ pub async fn handle_control(
                 return Err(aborted("the transaction was already resolved as aborted"));
             }
             d.insert(txn, Decision::Commit { gci });
-            let _ = from;
             Ok(None)
         }
         pb::TxnPhase::Forget => {
@@ -1065,9 +1141,10 @@ async fn resolve(node: &Arc<Node>, txn: u64, tc: NodeId) {
         tracing::warn!(txn = format!("{txn:x}"), tc, "prepared transaction: its TC's node group is down; waiting");
         return;
     }
-    let answers =
-        futures::future::join_all(ask.iter().map(|&p| control(node, p, pb::TxnPhase::Outcome, txn, 0, &[], false)))
-            .await;
+    let answers = futures::future::join_all(
+        ask.iter().map(|&p| control(node, p, pb::TxnPhase::Outcome, txn, 0, &[], Run::default())),
+    )
+    .await;
     if let Some(decided) = answers.iter().find_map(|a| a.as_ref().ok().copied().flatten()) {
         tracing::info!(txn = format!("{txn:x}"), tc, decided, "finishing a transaction its TC decided to commit");
         // The TC no longer holds the decided GCI open, and its checkpoint may be complete
