@@ -26,6 +26,17 @@ fn balance(row: &Option<Vec<Value>>) -> i64 {
 }
 
 /// Errors after which the whole transaction is simply run again.
+/// Sets account `id`'s balance (a write for `commit_with`).
+fn set_balance(id: i64, balance: i64) -> KeyOp {
+    KeyOp::Update {
+        table: "accounts".into(),
+        key: vec![Value::Int(id)],
+        columns: vec![1],
+        values: vec![Value::Int(balance)],
+        deltas: vec![],
+    }
+}
+
 fn retriable(e: &ShoalError) -> bool {
     e.is_retriable() || matches!(e.code, ErrorCode::TxnAborted | ErrorCode::LockWaitTimeout)
 }
@@ -45,14 +56,7 @@ async fn transfer(client: &Client, from: i64, to: i64, amount: i64) -> Result<bo
     if amount % 2 == 1 {
         // Half the transfers send their writes with the commit (`commit_with`): both ways
         // of committing go through the faults.
-        let update = |id: i64, balance: i64| KeyOp::Update {
-            table: "accounts".into(),
-            key: vec![Value::Int(id)],
-            columns: vec![1],
-            values: vec![Value::Int(balance)],
-            deltas: vec![],
-        };
-        tx.commit_with(vec![update(from, bal_from - amount), update(to, bal_to + amount)]).await?;
+        tx.commit_with(vec![set_balance(from, bal_from - amount), set_balance(to, bal_to + amount)]).await?;
         return Ok(true);
     }
     tx.update("accounts", vec![Value::Int(from)], vec![1], vec![Value::Int(bal_from - amount)]).await?;
@@ -427,15 +431,8 @@ async fn multi_partition_transaction_is_atomic_and_rollback_leaves_nothing() {
     assert_eq!(client.get("accounts", vec![Value::Int(1000)]).await.unwrap(), None);
 
     // Writes riding on the commit: all of them land, on every replica, or none does.
-    let set = |k: i64, v: i64| KeyOp::Update {
-        table: "accounts".into(),
-        key: vec![Value::Int(k)],
-        columns: vec![1],
-        values: vec![Value::Int(v)],
-        deltas: vec![],
-    };
     let tx = client.begin();
-    assert!(tx.commit_with((0..20).map(|k| set(k, 100 + k)).collect()).await.unwrap() > 0);
+    assert!(tx.commit_with((0..20).map(|k| set_balance(k, 100 + k)).collect()).await.unwrap() > 0);
     for k in 0..20 {
         let p = shoal_proto::codec::partition_of_key(&table, &[Value::Int(k)]);
         for r in &map.partitions[p as usize].replicas {
@@ -449,7 +446,7 @@ async fn multi_partition_transaction_is_atomic_and_rollback_leaves_nothing() {
     tx.get("accounts", vec![Value::Int(30)], LockMode::Exclusive).await.unwrap();
     tx.update("accounts", vec![Value::Int(31)], vec![1], vec![Value::Int(-5)]).await.unwrap();
     let writes = vec![
-        set(32, -5),
+        set_balance(32, -5),
         KeyOp::Insert { table: "accounts".into(), row: vec![Value::Int(33), Value::Int(0)] },
         KeyOp::Insert { table: "accounts".into(), row: vec![Value::Int(2000), Value::Int(7)] },
     ];

@@ -163,18 +163,18 @@ impl Transaction {
     /// rest come back NULL) when the transaction has no work of its own where they land (the
     /// reads then go the batched autocommit way, as in `execute`); whole rows otherwise.
     pub async fn get_many_columns(&mut self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Vec<OpOutcome> {
-        let ops: Vec<(KeyOp, LockMode)> =
-            keys.into_iter().map(|key| (KeyOp::Read { table: table.into(), key }, LockMode::None)).collect();
-        if !self.finished && self.plain_reads_only(&ops) {
-            let ops = ops.into_iter().map(|(op, _)| op).collect();
-            let read_backup = self.client.inner.opts.read_backup;
-            return self.client.run_batch(ops, read_backup, None, columns).await.0;
-        }
-        self.execute(ops).await
+        let ops = keys.into_iter().map(|key| (KeyOp::Read { table: table.into(), key }, LockMode::None)).collect();
+        self.execute_fetching(ops, columns).await
     }
 
     /// Runs operations in the transaction, batched per data node.
     pub async fn execute(&mut self, ops: Vec<(KeyOp, LockMode)>) -> Vec<OpOutcome> {
+        self.execute_fetching(ops, &[]).await
+    }
+
+    /// [`Transaction::execute`]; lock-free reads that go the autocommit way fetch only
+    /// `columns` (empty = all).
+    async fn execute_fetching(&mut self, ops: Vec<(KeyOp, LockMode)>, columns: &[u32]) -> Vec<OpOutcome> {
         if self.finished {
             return ops.iter().map(|_| Err(aborted("the transaction is finished"))).collect();
         }
@@ -182,7 +182,9 @@ impl Transaction {
             // Lock-free reads of rows this transaction has not touched read the committed
             // image, as autocommit reads do: they go the batched autocommit way, and their
             // partitions do not become participants of the commit.
-            return self.client.batch(ops.into_iter().map(|(op, _)| op).collect()).await;
+            let ops = ops.into_iter().map(|(op, _)| op).collect();
+            let read_backup = self.client.inner.opts.read_backup;
+            return self.client.run_batch(ops, read_backup, None, columns).await.0;
         }
         let deadline = Instant::now() + self.client.inner.opts.deadline;
         let mut out: Vec<Option<OpOutcome>> = vec![None; ops.len()];

@@ -947,9 +947,9 @@ fn queue_forgets(node: &Arc<Node>, txns: impl IntoIterator<Item = u64>) {
 async fn flush_forgets(node: &Arc<Node>) {
     loop {
         let batch = take_forgets(node);
-        let Some(&first) = batch.first() else { return };
+        let Some((&first, rest)) = batch.split_first() else { return };
         for peer in group_peers(node) {
-            let req = control_request(node, pb::TxnPhase::Forget, first, 0, &[], false, batch.clone());
+            let req = control_request(node, pb::TxnPhase::Forget, first, 0, &[], false, rest.to_vec());
             let _ = node.transport.txn_control(peer, req).await;
         }
     }
