@@ -76,6 +76,8 @@ async fn send_to(node: &Node, to: NodeId, pa: &PartitionAssignment, msg: Replica
             Err(e) if e.code == ErrorCode::StaleEpoch => {
                 return Err(ShoalError::not_primary(None, format!("replica {to} knows a newer primary: {e}")));
             }
+            // A commit decision refused (`TxnStep::Record`): asking again changes nothing.
+            Err(e) if e.code == ErrorCode::TxnAborted => return Err(e),
             Err(e) => e,
         };
         // Decide against the newest map: the replica may have been removed, or this node
@@ -147,6 +149,10 @@ pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
             return Ok(());
         }
         Some((t, TxnStep::Commit)) => node.txns.drop_prepared(t.id, req.table, req.partition),
+        Some((t, TxnStep::Record)) => {
+            crate::txn::take_record(node, t.id, req.gci)?;
+            node.txns.drop_prepared(t.id, req.table, req.partition);
+        }
         None => {}
     }
     let mut store = part.store.lock();

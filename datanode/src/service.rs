@@ -161,7 +161,7 @@ async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::Tx
     crate::txn::forget_records(node, &req.forget);
     let phase = pb::TxnPhase::try_from(req.phase).unwrap_or_default();
     let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-    let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute };
+    let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute, images_stay_here: false };
     match crate::txn::handle_control(node, phase, req.txn_id, req.gci, &parts, run).await {
         Ok(Some(gci)) => pb::TxnControlResponse { error: None, committed: true, gci },
         Ok(None) => pb::TxnControlResponse { error: None, committed: false, gci: 0 },

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use shoal_mgmd::state::{Command, JoinInfo, Model};
 use shoal_proto::config::{ClusterConfig, ClusterSection, DataNodeConfig, MgmdConfig};
+use shoal_proto::pb;
 use shoal_proto::{codec, Column, ColumnType, ErrorCode, NodeId, ShoalError, Table, TableSpec, Value};
 use tokio::sync::mpsc;
 
@@ -65,7 +66,7 @@ impl Transport for SimTransport {
             let target = target?;
             let phase = shoal_proto::pb::TxnPhase::try_from(req.phase).unwrap_or_default();
             let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-            let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute };
+            let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute, images_stay_here: false };
             crate::txn::handle_control(&target, phase, req.txn_id, req.gci, &parts, run).await
         })
     }
@@ -476,4 +477,73 @@ async fn failover_with_three_replicas_leaves_the_survivors_equal() {
     assert_eq!(sim.read_at(12, k).unwrap(), Some(3));
     assert_eq!(sim.read_at(13, k).unwrap(), Some(3));
     pending.abort();
+}
+
+/// Runs an upsert of each `(k, v)` in transaction `txn` (coordinated by `tc`) at its
+/// partition's primary; returns the parts the transaction holds.
+async fn txn_upserts(sim: &Sim, tc: NodeId, txn: u64, kvs: &[(i64, i64)]) -> Vec<(shoal_proto::TableId, u32)> {
+    let mut parts = vec![];
+    for &(k, v) in kvs {
+        let op = crate::txn::TxnOp { op: sim.op(OpKind::Upsert, k, v), lock: None, held_term: 0 };
+        let slot = (op.op.table, op.op.partition);
+        for (r, _) in crate::txn::execute(&sim.node(sim.primary_of(k)), txn, tc, vec![op]).await {
+            r.expect("upsert in the transaction");
+        }
+        if !parts.contains(&slot) {
+            parts.push(slot);
+        }
+    }
+    parts
+}
+
+/// What node `at` answers a participant asking for the outcome of `txn`.
+async fn outcome_at(sim: &Sim, at: NodeId, txn: u64) -> Option<u64> {
+    let node = sim.node(at);
+    crate::txn::handle_control(&node, pb::TxnPhase::Outcome, txn, 0, &[], Default::default()).await.unwrap()
+}
+
+/// A transaction over keys `a` and `b`, coordinated by `tc` (the primary of `a`) in a group of
+/// two: its decision rides on the COMMIT images of `tc`'s own part to the other node `peer`.
+/// Checks the commit, then that a peer which already answered "aborted" refuses the record and
+/// applies nothing, the transaction aborts and frees its locks.
+async fn decision_rides_on_own_commit(sim: &Sim, tc: NodeId, a: i64, b: i64) {
+    let peer = if tc == 11 { 12 } else { 11 };
+    let parts = txn_upserts(sim, tc, 0x51, &[(a, 1), (b, 1)]).await;
+    assert_eq!(parts.len(), 2);
+    let gci = crate::txn::commit_as_tc(&sim.node(tc), 0x51, parts, false, vec![]).await.expect("commit");
+    for at in [tc, peer] {
+        assert_eq!(sim.read_at(at, a).unwrap(), Some(1));
+        assert_eq!(sim.read_at(at, b).unwrap(), Some(1));
+    }
+    // The peer learnt the decision from the images themselves: asked, it says commit.
+    assert_eq!(outcome_at(sim, peer, 0x51).await, Some(gci));
+
+    let parts = txn_upserts(sim, tc, 0x52, &[(a, 2), (b, 2)]).await;
+    assert_eq!(outcome_at(sim, peer, 0x52).await, None, "nothing recorded yet: aborted");
+    let e = crate::txn::commit_as_tc(&sim.node(tc), 0x52, parts, false, vec![]).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::TxnAborted, "{e}");
+    for at in [tc, peer] {
+        assert_eq!(sim.read_at(at, a).unwrap(), Some(1), "node {at}");
+        assert_eq!(sim.read_at(at, b).unwrap(), Some(1), "node {at}");
+    }
+    sim.write(sim.primary_of(a), a, 3).await.expect("the aborted transaction's lock on a is gone");
+    sim.write(sim.primary_of(b), b, 3).await.expect("the aborted transaction's lock on b is gone");
+    assert_eq!(sim.read_at(peer, a).unwrap(), Some(3));
+}
+
+#[tokio::test]
+async fn commit_decision_rides_on_the_coordinators_own_commit() {
+    // Two own partitions: their images are kept at the peer at PREPARE.
+    let sim = Sim::new(2).await;
+    let first = 1;
+    let tc = sim.primary_of(first);
+    let p = |k| sim.op(OpKind::Read, k, 0).partition;
+    let second = (2..1000).find(|&k| sim.primary_of(k) == tc && p(k) != p(first)).expect("a second partition");
+    decision_rides_on_own_commit(&sim, tc, first, second).await;
+    // One own partition and one at the peer: the own images go to the peer only with the
+    // decision.
+    let sim = Sim::new(2).await;
+    let tc = sim.primary_of(first);
+    let other = (2..1000).find(|&k| sim.primary_of(k) != tc).expect("a partition the peer leads");
+    decision_rides_on_own_commit(&sim, tc, first, other).await;
 }

@@ -52,6 +52,11 @@ pub enum TxnStep {
     Commit,
     /// Forget the kept ones.
     Abort,
+    /// Commit, sent by the transaction's coordinator for its own part: the message also
+    /// carries its commit decision, which the replica records (as a RECORD would) before it
+    /// applies the images, or refuses with TXN_ABORTED when it already told a participant the
+    /// transaction aborted (then it applies nothing).
+    Record,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +117,7 @@ fn replicate_to_pb(m: &Replicate) -> pb::ReplicateRequest {
             TxnStep::Prepare => pb::TxnPhase::Prepare,
             TxnStep::Commit => pb::TxnPhase::Commit,
             TxnStep::Abort => pb::TxnPhase::Abort,
+            TxnStep::Record => pb::TxnPhase::Record,
         }) as i32,
         txn_tc: m.txn.map_or(0, |t| t.tc),
     }
@@ -130,6 +136,7 @@ pub fn replicate_from_pb(r: pb::ReplicateRequest) -> Replicate {
             Ok(pb::TxnPhase::Prepare) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Prepare }),
             Ok(pb::TxnPhase::Commit) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Commit }),
             Ok(pb::TxnPhase::Abort) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Abort }),
+            Ok(pb::TxnPhase::Record) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Record }),
             _ => None,
         },
     }

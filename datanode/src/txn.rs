@@ -364,7 +364,15 @@ fn release(node: &Node, txn: u64, st: &mut TxnState) {
 }
 
 /// PREPARE at a participant: the backups of every written partition keep the images.
-pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)]) -> Result<(), ShoalError> {
+/// PREPARE at a participant. With `images_stay_here` (the TC's own part whose decision rides
+/// on its COMMIT images, see `commit_as_tc`) the pending images are not sent to the backups:
+/// only a backup holding the decision could finish this part, and that one gets them with it.
+pub async fn prepare(
+    node: &Arc<Node>,
+    txn: u64,
+    parts: &[(TableId, PartitionId)],
+    images_stay_here: bool,
+) -> Result<(), ShoalError> {
     let (_, mut st) = node
         .txns
         .locked(txn)
@@ -398,7 +406,7 @@ pub async fn prepare(node: &Arc<Node>, txn: u64, parts: &[(TableId, PartitionId)
         }
     }
     for (&(table, partition), pt) in &st.parts {
-        if pt.writes.is_empty() {
+        if pt.writes.is_empty() || images_stay_here {
             continue;
         }
         let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
@@ -428,6 +436,20 @@ pub async fn commit(
     parts: &[(TableId, PartitionId)],
     one_phase: bool,
 ) -> Result<(), ShoalError> {
+    commit_parts(node, txn, gci, parts, one_phase, false).await.map(|_| ())
+}
+
+/// COMMIT as [`commit`] does it; with `record` (the TC committing its own part) the commit
+/// decision rides on the images sent to the backups (`TxnStep::Record`). Ok(true) when
+/// images went out, so the backups hold the record; Ok(false) when this node wrote nothing.
+async fn commit_parts(
+    node: &Arc<Node>,
+    txn: u64,
+    gci: u64,
+    parts: &[(TableId, PartitionId)],
+    one_phase: bool,
+    record: bool,
+) -> Result<bool, ShoalError> {
     // Every named partition must be finished here: either by the work this node holds for it,
     // or because it already was (a retry). A promoted backup that has not taken the
     // transaction over yet, or a node that is not the partition's active primary, makes the
@@ -455,12 +477,13 @@ pub async fn commit(
     }
     let Some((state, mut st)) = state else {
         tracing::debug!(txn = format!("{txn:x}"), ?parts, "commit: nothing held here (already done)");
-        return Ok(());
+        return Ok(false);
     };
     let map = node.map();
     let tc = st.tc;
     tracing::debug!(txn = format!("{txn:x}"), ?parts, held = ?st.parts.keys().collect::<Vec<_>>(), one_phase, "commit");
     let mut moved = vec![];
+    let mut sent = false;
     for (&(table, partition), pt) in st.parts.iter_mut() {
         if pt.writes.is_empty() {
             continue;
@@ -505,9 +528,17 @@ pub async fn commit(
                 node.budget.release(p.reserved);
             }
         }
-        let tag = TxnTag { id: txn, tc, step: TxnStep::Commit };
+        let tag = TxnTag { id: txn, tc, step: if record { TxnStep::Record } else { TxnStep::Commit } };
         let send: Vec<Image> = images.iter().map(|(i, _)| i.clone()).collect();
-        replication::replicate_txn(node, &map, table, pa, gci, send, Some(tag)).await?;
+        replication::replicate_txn(node, &map, table, pa, gci, send, Some(tag)).await.map_err(|e| {
+            // Only a refusal of the first record says that no backup holds it.
+            if sent && e.code == ErrorCode::TxnAborted {
+                ShoalError::new(ErrorCode::NodeNotReady, format!("a backup refused a commit record it held: {e}"))
+            } else {
+                e
+            }
+        })?;
+        sent = true;
         let mut store = part.store.lock();
         for (img, reserved) in images {
             node.durability.log(gci, table, partition, &img);
@@ -533,7 +564,7 @@ pub async fn commit(
             format!("partition {partition} moved; commit it at its new primary"),
         ));
     }
-    Ok(())
+    Ok(sent)
 }
 
 /// ABORT at a participant: drop the pending images (and the backups' kept ones), free locks.
@@ -690,10 +721,15 @@ pub async fn commit_as_tc(
         }
         return r.map(|_| gci);
     }
-    // 1. PREPARE everywhere.
-    let prepared = futures::future::join_all(
-        by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Prepare, txn, 0, p, Run::with(execute.remove(&n)))),
-    )
+    // 1. PREPARE everywhere. When the decision will ride on the TC's own part's COMMIT (see
+    // 2.) and that is one message (one partition), its PREPARE keeps the images here: the
+    // peer gets them with the decision, or the transaction aborts.
+    let images_only_here = own_part_carries_record(node, &by_node).is_some_and(|own| own.len() == 1);
+    let prepared = futures::future::join_all(by_node.iter().map(|(&n, p)| {
+        let mut run = Run::with(execute.remove(&n));
+        run.images_stay_here = n == node.id && images_only_here;
+        control(node, n, pb::TxnPhase::Prepare, txn, 0, p, run)
+    }))
     .await;
     if let Some(e) = prepared.into_iter().find_map(Result::err) {
         abort_everywhere(node, txn, &by_node).await;
@@ -731,7 +767,37 @@ pub async fn commit_as_tc(
     // commits on that peer's word, so from then on aborting would split the transaction.
     // Only when no peer took it (each refused or could not be reached) may the TC still
     // abort: it told nobody (OUTCOME at the TC says "ask again" while deciding).
-    let (recorded, failure) = record_at_peers(node, txn, gci, &parts).await;
+    //
+    // With a single peer that is also the only backup of the TC's own part, the record rides
+    // on that part's COMMIT to it (`TxnStep::Record`): one message instead of two, and the
+    // own part is done before the others start theirs.
+    let mut parts = parts;
+    let rode = match own_part_carries_record(node, &by_node) {
+        Some(own) => match commit_parts(node, txn, gci, &own, false, true).await {
+            Ok(sent) => {
+                parts.retain(|p| !own.contains(p));
+                sent
+            }
+            // Maybe recorded, maybe not (a refusal too: a replica that joined meanwhile may
+            // have refused while the peer took it). With the own images at the backups, the
+            // RECORD messages below settle it (a peer that holds the record takes it again);
+            // without, only a peer that holds the record (and so the images) allows a commit.
+            // Either way the own part is then carried out with the rest.
+            Err(e) => {
+                tracing::debug!(txn = format!("{txn:x}"), "own part's commit with the record: {e}");
+                images_only_here && recorded_at_a_peer(node, txn, &by_node).await?
+            }
+        },
+        None if images_only_here => {
+            // The group changed since PREPARE: the own images are nowhere else, so a record
+            // alone could not be carried out by a take-over.
+            node.txns.decisions.lock().insert(txn, Decision::Aborted { at: Instant::now() });
+            abort_everywhere(node, txn, &by_node).await;
+            return Err(aborted("the coordinator's node group changed during the commit"));
+        }
+        None => false,
+    };
+    let (recorded, failure) = if rode { (1, None) } else { record_at_peers(node, txn, gci, &parts).await };
     if let Some(e) = failure {
         if recorded == 0 {
             node.txns.decisions.lock().insert(txn, Decision::Aborted { at: Instant::now() });
@@ -853,6 +919,51 @@ fn attach(
         }
     }
     Ok(out)
+}
+
+/// The TC's own parts when its decision can ride on their COMMIT: this node's group has one
+/// live peer, and it is the only other replica of each of them.
+fn own_part_carries_record(
+    node: &Node,
+    by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>,
+) -> Option<Vec<(TableId, PartitionId)>> {
+    let own = by_node.get(&node.id)?;
+    let &[peer] = group_peers(node).as_slice() else { return None };
+    let map = node.map();
+    let only_peer = |p: PartitionId| {
+        map.partition(p).is_some_and(|pa| {
+            let mut others = pa.replicas.iter().map(|r| r.node_id).filter(|&n| n != node.id);
+            others.next() == Some(peer) && others.next().is_none()
+        })
+    };
+    own.iter().all(|&(_, p)| only_peer(p)).then(|| own.clone())
+}
+
+/// After a failed COMMIT of the TC's own part that carried the decision while its images were
+/// only here: Ok(true) when a group peer holds the record (and with it the images), so the
+/// transaction commits; otherwise every peer now notes it aborted (and refuses the record if
+/// it still arrives), and the transaction is aborted everywhere (the error).
+async fn recorded_at_a_peer(
+    node: &Arc<Node>,
+    txn: u64,
+    by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>,
+) -> Result<bool, ShoalError> {
+    let started = Instant::now();
+    for peer in group_peers(node) {
+        loop {
+            let req = control_request(node, pb::TxnPhase::Outcome, txn, 0, &[], false, vec![]);
+            match node.transport.txn_control(peer, req).await {
+                Ok(Some(_)) => return Ok(true),
+                Ok(None) => break,
+                // A peer that left the group (or stays unreachable) serves no take-over.
+                Err(_) if !group_peers(node).contains(&peer) || started.elapsed() > Duration::from_secs(3) => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+    node.txns.decisions.lock().insert(txn, Decision::Aborted { at: Instant::now() });
+    abort_everywhere(node, txn, by_node).await;
+    Err(aborted("the commit decision reached no peer of the coordinator's group"))
 }
 
 /// The other live members of this node's group: where a TC records its decisions.
@@ -997,15 +1108,18 @@ async fn control(
 pub struct Run {
     pub one_phase: bool,
     pub execute: Option<pb::TxnExecuteRequest>,
+    /// PREPARE of the TC's own part without sending its images to the backups (`prepare`);
+    /// never set from the wire.
+    pub images_stay_here: bool,
 }
 
 impl Run {
     fn with(execute: Option<pb::TxnExecuteRequest>) -> Run {
-        Run { one_phase: false, execute }
+        Run { execute, ..Run::default() }
     }
 
     fn one_phase(execute: Option<pb::TxnExecuteRequest>) -> Run {
-        Run { one_phase: true, execute }
+        Run { one_phase: true, execute, ..Run::default() }
     }
 }
 
@@ -1031,6 +1145,17 @@ fn control_request(
     }
 }
 
+/// A group peer takes its TC's commit decision, unless it already told a participant that
+/// the transaction aborted.
+pub fn take_record(node: &Node, txn: u64, gci: u64) -> Result<(), ShoalError> {
+    let mut d = node.txns.decisions.lock();
+    if let Some(Decision::Aborted { .. }) = d.get(&txn) {
+        return Err(aborted("the transaction was already resolved as aborted"));
+    }
+    d.insert(txn, Decision::Commit { gci });
+    Ok(())
+}
+
 /// Handles a control step addressed to this node.
 pub async fn handle_control(
     node: &Arc<Node>,
@@ -1041,6 +1166,7 @@ pub async fn handle_control(
     run: Run,
 ) -> Result<Option<u64>, ShoalError> {
     let one_phase = run.one_phase;
+    let images_stay_here = run.images_stay_here;
     // Writes riding on the commit run first; the first that fails fails the step (the TC
     // then aborts the transaction everywhere, this work included).
     if let Some(req) = run.execute {
@@ -1053,20 +1179,13 @@ pub async fn handle_control(
         crate::service::run_attached(node, req).await?;
     }
     match phase {
-        pb::TxnPhase::Prepare => prepare(node, txn, parts).await.map(|()| None),
+        pb::TxnPhase::Prepare => prepare(node, txn, parts, images_stay_here).await.map(|()| None),
         pb::TxnPhase::Commit => commit(node, txn, gci, parts, one_phase).await.map(|()| None),
         pb::TxnPhase::Abort => {
             abort(node, txn).await;
             Ok(None)
         }
-        pb::TxnPhase::Record => {
-            let mut d = node.txns.decisions.lock();
-            if let Some(Decision::Aborted { .. }) = d.get(&txn) {
-                return Err(aborted("the transaction was already resolved as aborted"));
-            }
-            d.insert(txn, Decision::Commit { gci });
-            Ok(None)
-        }
+        pb::TxnPhase::Record => take_record(node, txn, gci).map(|()| None),
         pb::TxnPhase::Forget => {
             node.txns.decisions.lock().remove(&txn);
             Ok(None)
