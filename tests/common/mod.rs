@@ -35,7 +35,9 @@ fn free_base_port(span: u16) -> u16 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let base = 20_000 + (x % 30_000) as u16;
+        // Below Linux's ephemeral range (32768 and up): a port checked free here could
+        // otherwise be taken by some connection's local end before the node binds it.
+        let base = 20_000 + (x % 12_000) as u16;
         if (0..span).all(|o| TcpListener::bind(("127.0.0.1", base + o)).is_ok()) {
             return base;
         }
