@@ -37,8 +37,8 @@ redis_run() { # clients pipeline test -> "rps p99"
 
 # --- Shoal: 1 node group x 2 replicas ---
 start_shoal "$SHOAL" "$work/shoal"
-shoal_run() { # threads batch write_ratio -> "ops/s p99_ms"
-  $SHOAL bench kv --dir "$work/shoal" --threads "$1" --batch "$2" --write-ratio "$3" \
+shoal_run() { # threads batch write_ratio [bench option] -> "ops/s p99_ms"
+  $SHOAL bench kv --dir "$work/shoal" --threads "$1" --batch "$2" --write-ratio "$3" ${4:-} \
     --keys "$KEYS" --value-size "$VALUE" --duration "$SECS" --json |
     python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["ops_per_s"]), d["p99_ms"], d["errors"])'
 }
@@ -58,6 +58,11 @@ for c in 1 16 64; do
 done
 for c in 1 16 64; do
   row "read 16 keys per call (GET -P 16)" "$c" "$c 16 0" "$c 16 get"
+done
+# Reads from any replica (as NDB 8.0.19+ and RonDB tables do by default, READ_BACKUP=1): a
+# call's keys go to one replica, one request instead of one per primary.
+for c in 1 16 64; do
+  row "read 16 keys per call, read-backup (GET -P 16)" "$c" "$c 16 0 --read-backup" "$c 16 get"
 done
 echo
 echo "Shoal: 1 node group x 2 replicas, every write on both replicas before the ack; keys $KEYS, values $VALUE B."

@@ -16,7 +16,7 @@ mod txn;
 pub mod users;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -165,6 +165,8 @@ struct Inner {
     hidden_prefix: u64,
     hidden_next: AtomicU64,
     retries: AtomicU64,
+    /// Turns of read-backup calls across replicas (see `route`).
+    spread: AtomicUsize,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -266,6 +268,7 @@ impl Client {
             hidden_prefix: shoal_proto::hash::fmix64(nanos ^ u64::from(std::process::id())) << 32,
             hidden_next: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            spread: AtomicUsize::new(0),
             watcher: Mutex::new(None),
         });
         let weak = Arc::downgrade(&inner);
@@ -556,7 +559,9 @@ impl Client {
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let mut backoff = Duration::from_millis(5);
         let mut last_err: HashMap<usize, ShoalError> = HashMap::new();
-        let mut spread = 0usize;
+        // Read-backup reads of one call go to one replica where they can (one request
+        // instead of one per replica); calls take turns across the replicas.
+        let mut spread = self.inner.spread.fetch_add(1, Ordering::Relaxed);
         let mut refreshed_for_missing = false;
         // The table each operation was first prepared against: a retry that finds another
         // table under the name (ALTER TABLE swapped a copy in) must not write into it.
@@ -590,7 +595,7 @@ impl Client {
                     }
                 };
                 group_of[i] = map.partitions.get(prepared.partition as usize).map_or(0, |p| p.node_group);
-                match route(&map, &prepared, read_backup, only_node, &mut spread) {
+                match route(&map, &prepared, read_backup, only_node, spread) {
                     Some(node) => by_node.entry(node).or_default().push((i, prepared)),
                     None => {
                         last_err.insert(
@@ -691,6 +696,8 @@ impl Client {
                 let _ = self.refresh().await;
             }
             pending = retry;
+            // A read-backup retry asks another replica.
+            spread = spread.wrapping_add(1);
         }
         let mut out: Vec<OpOutcome> = out
             .into_iter()
@@ -883,7 +890,9 @@ impl Client {
             let map = self.map();
             let req = pb::ScanRequest { epoch: map.epoch, partition, ..base.clone() };
             let probe = Prepared { partition, op: pb::Op::default(), is_read: true };
-            let result = match route(&map, &probe, read_backup, None, &mut spread) {
+            // Each attempt asks the next replica.
+            spread = spread.wrapping_add(1);
+            let result = match route(&map, &probe, read_backup, None, spread) {
                 None => Err((
                     false,
                     ShoalError::new(
@@ -979,29 +988,24 @@ async fn execute_merged(
     }
 }
 
-/// Picks the node for an operation: the primary, or for read-backup reads any complete replica
-/// (spread round-robin).
-fn route(
-    map: &ClusterState,
-    p: &Prepared,
-    read_backup: bool,
-    only: Option<NodeId>,
-    spread: &mut usize,
-) -> Option<NodeId> {
+/// Picks the node for an operation: the primary, or for a read-backup read the complete live
+/// replica number `spread` (modulo their count, in node id order: operations of one call
+/// with the same `spread` meet on as few nodes as the partitions allow).
+fn route(map: &ClusterState, p: &Prepared, read_backup: bool, only: Option<NodeId>, spread: usize) -> Option<NodeId> {
     let pa = map.partition(p.partition)?;
     if let Some(n) = only {
         return Some(n);
     }
     if read_backup && p.is_read {
-        let up: Vec<NodeId> = pa
+        let mut up: Vec<NodeId> = pa
             .replicas
             .iter()
             .filter(|r| !r.syncing() && map.node(r.node_id).is_some_and(|n| n.state == NodeState::Up))
             .map(|r| r.node_id)
             .collect();
         if !up.is_empty() {
-            *spread = spread.wrapping_add(1);
-            return Some(up[*spread % up.len()]);
+            up.sort_unstable();
+            return Some(up[spread % up.len()]);
         }
     }
     pa.primary
@@ -1060,4 +1064,67 @@ pub(crate) fn schema_changed() -> ShoalError {
 pub(crate) fn table_of(resp: pb::AdminResponse) -> Result<Table> {
     let t = resp.table.ok_or_else(|| ShoalError::internal("mgmd answered without the table"))?;
     Table::try_from(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_proto::{NodeKind, PartitionAssignment, Replica};
+
+    /// One node group of data nodes 11, 12, 13 over four partitions with varying primaries
+    /// and replica orders; 13 still syncing in partition 1.
+    fn map() -> ClusterState {
+        let node = |id, state| shoal_proto::Node {
+            id,
+            kind: NodeKind::DataNode,
+            addr: String::new(),
+            state,
+            node_group: 0,
+            pid: 0,
+            incarnation: 1,
+            sync_epoch: 0,
+            restorable_gci: 0,
+        };
+        let part = |partition: u32, replicas: Vec<Replica>| PartitionAssignment {
+            partition,
+            node_group: 0,
+            primary: Some(replicas[0].node_id),
+            primary_term: 1,
+            replicas,
+        };
+        let c = Replica::complete;
+        ClusterState {
+            epoch: 1,
+            nodes: vec![node(11, NodeState::Up), node(12, NodeState::Up), node(13, NodeState::Up)],
+            partitions: vec![
+                part(0, vec![c(11), c(12), c(13)]),
+                part(1, vec![c(12), c(11), Replica { node_id: 13, sync_epoch: 1 }]),
+                part(2, vec![c(13), c(12), c(11)]),
+                part(3, vec![c(12), c(13), c(11)]),
+            ],
+            ..ClusterState::default()
+        }
+    }
+
+    fn read(partition: u32) -> Prepared {
+        Prepared { partition, op: pb::Op::default(), is_read: true }
+    }
+
+    #[test]
+    fn read_backup_calls_meet_on_one_replica_and_take_turns() {
+        let map = map();
+        for spread in 0..6 {
+            let nodes: Vec<_> = [0, 2, 3].iter().map(|&p| route(&map, &read(p), true, None, spread).unwrap()).collect();
+            assert!(nodes.iter().all(|&n| n == nodes[0]), "turn {spread}: {nodes:?}");
+            assert_eq!(nodes[0], [11, 12, 13][spread % 3]);
+        }
+        // A syncing replica serves nothing: partition 1 takes turns over 11 and 12 only.
+        let turns: Vec<_> = (0..4).map(|s| route(&map, &read(1), true, None, s).unwrap()).collect();
+        assert_eq!(turns, [11, 12, 11, 12]);
+        // Writes, and reads without read-backup, go to the primary.
+        let mut write = read(2);
+        write.is_read = false;
+        assert_eq!(route(&map, &write, true, None, 1), Some(13));
+        assert_eq!(route(&map, &read(3), false, None, 0), Some(12));
+    }
 }
