@@ -363,10 +363,10 @@ fn release(node: &Node, txn: u64, st: &mut TxnState) {
     }
 }
 
-/// PREPARE at a participant: the backups of every written partition keep the images.
-/// PREPARE at a participant. With `images_stay_here` (the TC's own part whose decision rides
-/// on its COMMIT images, see `commit_as_tc`) the pending images are not sent to the backups:
-/// only a backup holding the decision could finish this part, and that one gets them with it.
+/// PREPARE at a participant: the backups of every written partition keep the images. With
+/// `images_stay_here` (the TC's own part whose decision rides on its COMMIT images, see
+/// `commit_as_tc`) they are not sent: only a backup holding the decision could finish this
+/// part, and that one gets them with it.
 pub async fn prepare(
     node: &Arc<Node>,
     txn: u64,

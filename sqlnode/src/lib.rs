@@ -58,8 +58,8 @@ pub fn main_entry() {
     let result = if workers == 1 {
         // Tokio's single-threaded runtime polls every task on the thread that blocks on it:
         // one of our own, with the stack the parser's depth limit assumes. No sibling worker
-        // to wake for each ready connection: a fifth less CPU per statement than the
-        // multi-threaded runtime with one worker (benchmarks.md, "Eighth session").
+        // to wake for each ready connection: a fifth less CPU per statement than two workers
+        // on 2 cores (benchmarks.md, "Eighth session").
         let sql = std::thread::Builder::new().name("sqlnode".into()).stack_size(sql::parse::WORKER_STACK_BYTES);
         match sql.spawn(move || {
             tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| rt.block_on(run(args)))
