@@ -19,6 +19,32 @@ use crate::local::LocalCluster;
 
 pub const BENCH_TABLE: &str = "bench_kv";
 
+/// The runtime a load generator (`bench kv`, `bench txn`) runs its clients on.
+#[derive(clap::Args, Clone)]
+pub struct LoadRuntime {
+    /// OS threads of the load generator's runtime. One (the default) runs every client
+    /// task on a single-threaded runtime, as redis-benchmark and flexAsynch's threads do: a
+    /// multi-threaded one spent its CPU waking its other worker, which the cluster's nodes
+    /// needed (64-client reads: 213–235k → 419–424k ops/s on 2 cores).
+    #[arg(long, default_value_t = 1)]
+    pub client_threads: usize,
+}
+
+impl LoadRuntime {
+    pub fn build(&self) -> Result<tokio::runtime::Runtime> {
+        let mut b = match self.client_threads {
+            0 => bail!("--client-threads must be at least 1"),
+            1 => tokio::runtime::Builder::new_current_thread(),
+            n => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(n);
+                b
+            }
+        };
+        Ok(b.enable_all().build()?)
+    }
+}
+
 #[derive(clap::Args, Clone)]
 pub struct KvArgs {
     #[arg(long, default_value = "shoal-data")]
@@ -29,12 +55,8 @@ pub struct KvArgs {
     /// Concurrent clients.
     #[arg(long, default_value_t = 16)]
     pub threads: usize,
-    /// OS threads of the load generator's runtime. One (the default) runs every client
-    /// task on a single-threaded runtime, as redis-benchmark and flexAsynch's threads do: a
-    /// multi-threaded one spent its CPU waking its other worker, which the cluster's nodes
-    /// needed (64-client reads: 213–235k → 419–424k ops/s on 2 cores).
-    #[arg(long, default_value_t = 1)]
-    pub client_threads: usize,
+    #[command(flatten)]
+    pub runtime: LoadRuntime,
     /// Keys per call.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,

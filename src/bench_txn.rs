@@ -15,6 +15,7 @@ use hdrhistogram::Histogram;
 use shoal_client::{Client, ClientOptions, KeyOp, LockMode};
 use shoal_proto::{codec, Column, ColumnType, ErrorCode, ShoalError, TableSpec, Value};
 
+use crate::bench::LoadRuntime;
 use crate::local::LocalCluster;
 
 pub const ACCOUNTS_TABLE: &str = "bench_accounts";
@@ -29,12 +30,8 @@ pub struct TxnArgs {
     pub mgmd: Vec<String>,
     #[arg(long, default_value_t = 16)]
     pub threads: usize,
-    /// OS threads of the load generator's runtime. One (the default) runs every client
-    /// task on a single-threaded runtime, as redis-benchmark and flexAsynch's threads do: a
-    /// multi-threaded one spent its CPU waking its other worker, which the cluster's nodes
-    /// needed (64-client reads: 213–235k → 419–424k ops/s on 2 cores).
-    #[arg(long, default_value_t = 1)]
-    pub client_threads: usize,
+    #[command(flatten)]
+    pub runtime: LoadRuntime,
     #[arg(long, default_value_t = 10)]
     pub duration: u64,
     #[arg(long, default_value_t = 10_000)]

@@ -79,12 +79,8 @@ fn main() {
         Cmd::Status(a) => runtime().and_then(|rt| rt.block_on(status::run(a))),
         Cmd::Node { action } => node(action),
         Cmd::Health(a) => runtime().and_then(|rt| rt.block_on(health::run(a))),
-        Cmd::Bench { kind: BenchKind::Kv(a) } => {
-            bench_runtime(a.client_threads).and_then(|rt| rt.block_on(bench::run_kv(a)))
-        }
-        Cmd::Bench { kind: BenchKind::Txn(a) } => {
-            bench_runtime(a.client_threads).and_then(|rt| rt.block_on(bench_txn::run_txn(a)))
-        }
+        Cmd::Bench { kind: BenchKind::Kv(a) } => a.runtime.build().and_then(|rt| rt.block_on(bench::run_kv(a))),
+        Cmd::Bench { kind: BenchKind::Txn(a) } => a.runtime.build().and_then(|rt| rt.block_on(bench_txn::run_txn(a))),
     };
     if let Err(e) = result {
         eprintln!("shoal: {e:#}");
@@ -94,20 +90,6 @@ fn main() {
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
-}
-
-/// The load generators' runtime: `threads` OS threads (see `KvArgs::client_threads`).
-fn bench_runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
-    let mut b = match threads {
-        0 => bail!("--client-threads must be at least 1"),
-        1 => tokio::runtime::Builder::new_current_thread(),
-        n => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n);
-            b
-        }
-    };
-    Ok(b.enable_all().build()?)
 }
 
 fn node(action: NodeAction) -> Result<()> {

@@ -502,6 +502,15 @@ async fn outcome_at(sim: &Sim, at: NodeId, txn: u64) -> Option<u64> {
     crate::txn::handle_control(&node, pb::TxnPhase::Outcome, txn, 0, &[], Default::default()).await.unwrap()
 }
 
+/// Every key of `keys` reads `v` at every node of `nodes`.
+fn expect_everywhere(sim: &Sim, nodes: [NodeId; 2], keys: [i64; 2], v: i64) {
+    for at in nodes {
+        for k in keys {
+            assert_eq!(sim.read_at(at, k).unwrap(), Some(v), "key {k} at node {at}");
+        }
+    }
+}
+
 /// A transaction over keys `a` and `b`, coordinated by `tc` (the primary of `a`) in a group of
 /// two: its decision rides on the COMMIT images of `tc`'s own part to the other node `peer`.
 /// Checks the commit, then that a peer which already answered "aborted" refuses the record and
@@ -511,10 +520,7 @@ async fn decision_rides_on_own_commit(sim: &Sim, tc: NodeId, a: i64, b: i64) {
     let parts = txn_upserts(sim, tc, 0x51, &[(a, 1), (b, 1)]).await;
     assert_eq!(parts.len(), 2);
     let gci = crate::txn::commit_as_tc(&sim.node(tc), 0x51, parts, false, vec![]).await.expect("commit");
-    for at in [tc, peer] {
-        assert_eq!(sim.read_at(at, a).unwrap(), Some(1));
-        assert_eq!(sim.read_at(at, b).unwrap(), Some(1));
-    }
+    expect_everywhere(sim, [tc, peer], [a, b], 1);
     // The peer learnt the decision from the images themselves: asked, it says commit.
     assert_eq!(outcome_at(sim, peer, 0x51).await, Some(gci));
 
@@ -522,10 +528,7 @@ async fn decision_rides_on_own_commit(sim: &Sim, tc: NodeId, a: i64, b: i64) {
     assert_eq!(outcome_at(sim, peer, 0x52).await, None, "nothing recorded yet: aborted");
     let e = crate::txn::commit_as_tc(&sim.node(tc), 0x52, parts, false, vec![]).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::TxnAborted, "{e}");
-    for at in [tc, peer] {
-        assert_eq!(sim.read_at(at, a).unwrap(), Some(1), "node {at}");
-        assert_eq!(sim.read_at(at, b).unwrap(), Some(1), "node {at}");
-    }
+    expect_everywhere(sim, [tc, peer], [a, b], 1);
     sim.write(sim.primary_of(a), a, 3).await.expect("the aborted transaction's lock on a is gone");
     sim.write(sim.primary_of(b), b, 3).await.expect("the aborted transaction's lock on b is gone");
     assert_eq!(sim.read_at(peer, a).unwrap(), Some(3));
