@@ -7,6 +7,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .bytes(".shoal.v1.OpResult.row_data")
         .bytes(".shoal.v1.Op.key_data")
+        .bytes(".shoal.v1.Op.keys")
+        .bytes(".shoal.v1.OpResult.rows")
         .compile_fds(fds)?;
     Ok(())
 }

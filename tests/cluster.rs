@@ -351,6 +351,13 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
         key_data: key_data.to_vec().into(),
         ..Default::default()
     };
+    let many = |kind: pb::OpKind, partitions: &[u32]| pb::Op {
+        kind: kind as i32,
+        table_id: table.id,
+        keys: vec![encoded.clone().into(); 2],
+        key_partitions: partitions.to_vec(),
+        ..Default::default()
+    };
     let resp = raw
         .execute(pb::BatchRequest {
             epoch: map.epoch,
@@ -361,6 +368,11 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
                 raw_key(pb::OpKind::Read, &encoded, wrong_partition),
                 raw_key(pb::OpKind::Update, b"\x01\x02", p),
                 raw_key(pb::OpKind::Delete, &[0xAB; 9], p),
+                // Many-key reads: a partition missing, a write naming many keys, and a key
+                // sent with another partition than its own.
+                many(pb::OpKind::Read, &[p]),
+                many(pb::OpKind::Delete, &[p, p]),
+                many(pb::OpKind::Read, &[p, wrong_partition]),
             ],
             schema_version: 0,
         })

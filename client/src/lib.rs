@@ -11,6 +11,7 @@ mod alter;
 pub mod batcher;
 mod index;
 pub mod link;
+mod many_key;
 pub mod mgmd;
 mod txn;
 pub mod users;
@@ -538,7 +539,7 @@ impl Client {
                 row: values_to_pb(row),
                 columns,
                 deltas,
-                key_data: Default::default(),
+                ..Default::default()
             },
             is_read: kind == pb::OpKind::Read,
         })
@@ -623,13 +624,9 @@ impl Client {
                 let map = map.clone();
                 async move {
                     let (idx, prepared): (Vec<usize>, Vec<Prepared>) = items.into_iter().unzip();
-                    let req = pb::BatchRequest {
-                        epoch: map.epoch,
-                        read_backup,
-                        ops: prepared.into_iter().map(|p| p.op).collect(),
-                        schema_version: 0,
-                    };
-                    (idx, self.send(node, req).await)
+                    let (ops, members) = many_key::pack(prepared.into_iter().map(|p| p.op).collect());
+                    let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, schema_version: 0 };
+                    (idx, self.send(node, req).await.map(|results| many_key::unpack(&members, results)))
                 }
             });
             let mut saw_newer_epoch = false;
@@ -806,7 +803,8 @@ impl Client {
             Batcher::new(
                 MAX_INFLIGHT_PER_NODE,
                 MAX_OPS_PER_REQUEST,
-                |r: &pb::BatchRequest| r.ops.len(),
+                // A many-key read weighs a key each, as the data node counts it.
+                |r: &pb::BatchRequest| r.ops.iter().map(|o| o.keys.len().max(1)).sum(),
                 move |reqs: Vec<pb::BatchRequest>| execute_merged(link.clone(), id, attempt, reqs),
             )
         })

@@ -39,6 +39,8 @@ pub struct Op {
     pub key: Vec<Value>,
     /// Or the primary key already encoded (`key` is then empty).
     pub key_data: Option<shoal_proto::bytes::Bytes>,
+    /// Or, for a many-key read, encoded keys with their partitions (`partition` unused).
+    pub keys: Vec<(shoal_proto::bytes::Bytes, PartitionId)>,
     /// Every column (insert, upsert) or the columns named in `columns` (update).
     pub row: Vec<Value>,
     pub columns: Vec<u32>,
@@ -80,43 +82,62 @@ pub enum Answer {
     Row(Option<Vec<u8>>),
     /// An update that found the row already holding its values: nothing was written.
     Unchanged,
+    /// A many-key read's rows, one per key (None: no row with that key).
+    Rows(Vec<Option<Vec<u8>>>),
 }
 
-/// Reads one row by primary key, in the table's row encoding (the caller decodes it). None
-/// when absent.
-pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Option<Vec<u8>>, ShoalError> {
-    let map = node.map();
-    let (table, part) = read_target(node, &map, op.table, op.partition, read_backup)?;
-    read_from(table, &part, op)
+/// Reads one row by primary key, in the table's row encoding (the caller decodes it), or each
+/// row of a many-key read: see [`Answer`].
+pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Answer, ShoalError> {
+    read_many(node, vec![Ok(op)], read_backup).pop().unwrap_or_else(|| Err(ShoalError::internal("read without answer")))
 }
 
 /// The reads of one batch, as [`read`] each, with a (table, partition)'s checks made once for
 /// the batch (one map, one look at the lease) instead of once per key.
-pub fn read_many(
-    node: &Node,
-    ops: Vec<Result<Op, ShoalError>>,
-    read_backup: bool,
-) -> Vec<Result<Option<Vec<u8>>, ShoalError>> {
+pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: bool) -> Vec<Result<Answer, ShoalError>> {
     let map = node.map();
-    type Target<'m> = Result<(&'m Table, Arc<Partition>), ShoalError>;
-    // A batch touches a handful of partitions: a list beats a map here.
-    let mut checked: Vec<((TableId, PartitionId), Target<'_>)> = vec![];
+    let mut targets = Targets { node, map: &map, read_backup, checked: vec![] };
     ops.into_iter()
         .map(|op| {
             let op = op?;
-            let slot = (op.table, op.partition);
-            let target = match checked.iter().find(|(s, _)| *s == slot) {
-                Some((_, t)) => t.clone(),
-                None => {
-                    let t = read_target(node, &map, op.table, op.partition, read_backup);
-                    checked.push((slot, t.clone()));
-                    t
-                }
-            };
-            let (table, part) = target?;
-            read_from(table, &part, op)
+            if op.keys.is_empty() {
+                let (table, part) = targets.get(op.table, op.partition)?;
+                return read_from(table, &part, op).map(Answer::Row);
+            }
+            let table = table_of(&map, op.table)?;
+            let keep = wanted(table, &op.columns)?;
+            let mut rows = Vec::with_capacity(op.keys.len());
+            for (key, partition) in &op.keys {
+                let (table, part) = targets.get(op.table, *partition)?;
+                check_encoded_routing(table, key, *partition)?;
+                rows.push(lookup(table, &part, key, keep.as_deref())?);
+            }
+            Ok(Answer::Rows(rows))
         })
         .collect()
+}
+
+type Target<'m> = Result<(&'m Table, Arc<Partition>), ShoalError>;
+
+/// The [`read_target`] checks of the partitions one batch reads, each made once.
+struct Targets<'m> {
+    node: &'m Node,
+    map: &'m ClusterState,
+    read_backup: bool,
+    /// A batch touches a handful of partitions: a list beats a map here.
+    checked: Vec<((TableId, PartitionId), Target<'m>)>,
+}
+
+impl<'m> Targets<'m> {
+    fn get(&mut self, table: TableId, partition: PartitionId) -> Target<'m> {
+        let slot = (table, partition);
+        if let Some((_, t)) = self.checked.iter().find(|(s, _)| *s == slot) {
+            return t.clone();
+        }
+        let t = read_target(self.node, self.map, table, partition, self.read_backup);
+        self.checked.push((slot, t.clone()));
+        t
+    }
 }
 
 /// The checks a read makes before it looks at its key: the table exists, this node may serve
@@ -160,25 +181,30 @@ fn read_from(table: &Table, part: &Partition, op: Op) -> Result<Option<Vec<u8>>,
             key.into()
         }
     };
-    // `columns` of a read: the only ones the reader wants (the rest come back NULL).
-    let keep = match op.columns.as_slice() {
-        [] => None,
-        cols => {
-            let n = table.columns().len();
-            let mut keep = vec![false; n];
-            for &c in cols {
-                *keep.get_mut(c as usize).ok_or_else(|| {
-                    ShoalError::new(ErrorCode::InvalidArgument, format!("table {} has no column {c}", table.name()))
-                })? = true;
-            }
-            Some(keep)
-        }
-    };
+    lookup(table, part, &key, wanted(table, &op.columns)?.as_deref())
+}
+
+/// Which columns a read wants, from its `columns` (the rest come back NULL); None: all.
+fn wanted(table: &Table, columns: &[u32]) -> Result<Option<Vec<bool>>, ShoalError> {
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let mut keep = vec![false; table.columns().len()];
+    for &c in columns {
+        *keep.get_mut(c as usize).ok_or_else(|| {
+            ShoalError::new(ErrorCode::InvalidArgument, format!("table {} has no column {c}", table.name()))
+        })? = true;
+    }
+    Ok(Some(keep))
+}
+
+/// The row under an encoded key, with only the `keep` columns (None: all).
+fn lookup(table: &Table, part: &Partition, key: &[u8], keep: Option<&[bool]>) -> Result<Option<Vec<u8>>, ShoalError> {
     let store = part.store.lock();
-    let Some(slot) = store.get(&key) else { return Ok(None) };
+    let Some(slot) = store.get(key) else { return Ok(None) };
     match keep {
         None => Ok(Some(slot.data.to_vec())),
-        Some(keep) => codec::project_row(table, &slot.data, &keep).map(Some),
+        Some(keep) => codec::project_row(table, &slot.data, keep).map(Some),
     }
 }
 

@@ -41,10 +41,17 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
         Ok(pb::OpKind::Delete) => OpKind::Delete,
         _ => return Err(ShoalError::new(ErrorCode::InvalidArgument, format!("unknown operation kind {}", op.kind))),
     };
+    if op.keys.len() != op.key_partitions.len() {
+        return Err(ShoalError::new(ErrorCode::InvalidArgument, "a many-key read needs one partition per key"));
+    }
+    if !op.keys.is_empty() && kind != OpKind::Read {
+        return Err(ShoalError::new(ErrorCode::InvalidArgument, "only reads may name many keys"));
+    }
     Ok(Op {
         kind,
         table: op.table_id,
         partition: op.partition,
+        keys: op.keys.into_iter().zip(op.key_partitions).collect(),
         key: values_from_pb(op.key),
         key_data: (!op.key_data.is_empty()).then_some(op.key_data),
         row: values_from_pb(op.row),
@@ -60,6 +67,11 @@ fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
         }
         Ok(Answer::Row(None)) => pb::OpResult { gci, ..Default::default() },
         Ok(Answer::Unchanged) => pb::OpResult { unchanged: true, ..Default::default() },
+        Ok(Answer::Rows(rows)) => pb::OpResult {
+            rows: rows.into_iter().map(|r| r.map(Into::into).unwrap_or_default()).collect(),
+            found: true,
+            ..Default::default()
+        },
         Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },
     }
 }
@@ -100,6 +112,12 @@ async fn run_txn_execute(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> pb::Tx
         };
         let held_term = req.held_terms.get(i).copied().unwrap_or(0);
         match op_from_pb(op) {
+            Ok(op) if !op.keys.is_empty() => {
+                return failed(ShoalError::new(
+                    ErrorCode::InvalidArgument,
+                    "a transaction reads its keys one operation each (many-key reads go in batches)",
+                ))
+            }
             Ok(op) => ops.push(crate::txn::TxnOp { op, lock, held_term }),
             Err(e) => return failed(e),
         }
@@ -176,7 +194,8 @@ type OpAnswer = (Result<Answer, ShoalError>, u64);
 /// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream).
 async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
     let failed = |e: ShoalError| pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 };
-    if req.ops.len() > MAX_BATCH_OPS {
+    // A many-key read counts once per key.
+    if req.ops.iter().map(|o| o.keys.len().max(1)).sum::<usize>() > MAX_BATCH_OPS {
         return failed(ShoalError::new(
             ErrorCode::TooLarge,
             format!("a batch holds at most {MAX_BATCH_OPS} operations"),
@@ -189,7 +208,7 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
     let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
     let results: Vec<OpAnswer> = if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
         // Reads finish without waiting on anything: answer inline.
-        ops::read_many(node, ops, read_backup).into_iter().map(|r| (r.map(Answer::Row), 0)).collect()
+        ops::read_many(node, ops, read_backup).into_iter().map(|r| (r, 0)).collect()
     } else {
         // Writes run in their own task: once replication starts it must finish even if the
         // caller goes away.
@@ -203,7 +222,7 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
                         Err(e) => return (Err(e), 0),
                     };
                     match op.kind {
-                        OpKind::Read => (ops::read(&node, op, read_backup).map(Answer::Row), 0),
+                        OpKind::Read => (ops::read(&node, op, read_backup), 0),
                         _ => match ops::write(node, op).await {
                             Ok(Some(gci)) => (Ok(Answer::Row(None)), gci),
                             Ok(None) => (Ok(Answer::Unchanged), 0),

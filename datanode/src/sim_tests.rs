@@ -191,7 +191,7 @@ impl Sim {
             OpKind::Insert | OpKind::Upsert => (vec![], vec![Value::Int(k), Value::Int(v)]),
             _ => (vec![Value::Int(k)], vec![]),
         };
-        Op { kind, table: table.id, partition, key, key_data: None, row, columns: vec![], deltas: vec![] }
+        Op { kind, table: table.id, partition, key, key_data: None, keys: vec![], row, columns: vec![], deltas: vec![] }
     }
 
     async fn write(&self, at: NodeId, k: i64, v: i64) -> Result<(), ShoalError> {
@@ -199,9 +199,17 @@ impl Sim {
     }
 
     fn read_at(&self, at: NodeId, k: i64) -> Result<Option<i64>, ShoalError> {
-        let row = ops::read(&self.node(at), self.op(OpKind::Read, k, 0), true)?;
+        let row = one_row(ops::read(&self.node(at), self.op(OpKind::Read, k, 0), true)?);
         let row = row.map(|d| codec::decode_row(&self.table(), &d)).transpose()?;
         Ok(row.map(|r| r[1].as_i64().expect("int value")))
+    }
+}
+
+/// The row a one-key read answered.
+fn one_row(answer: ops::Answer) -> Option<Vec<u8>> {
+    match answer {
+        ops::Answer::Row(row) => row,
+        other => panic!("a one-key read answered {other:?}"),
     }
 }
 
@@ -310,6 +318,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                             partition,
                             key: vec![Value::Int(k)],
                             key_data: None,
+                            keys: vec![],
                             row: vec![],
                             columns: vec![],
                             deltas: vec![],
@@ -322,6 +331,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                             partition,
                             key: vec![],
                             key_data: None,
+                            keys: vec![],
                             row,
                             columns: vec![],
                             deltas: vec![],
@@ -431,7 +441,7 @@ async fn moved_primary_serves_only_after_the_old_one_stopped() {
     let e = sim.write(12, k, 2).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::NodeNotReady, "{e}");
     assert_eq!(sim.write(11, k, 3).await.unwrap_err().code, ErrorCode::NotPrimary);
-    let at_11 = ops::read(&sim.node(11), sim.op(OpKind::Read, k, 0), false).unwrap();
+    let at_11 = one_row(ops::read(&sim.node(11), sim.op(OpKind::Read, k, 0), false).unwrap());
     let at_11 = at_11.map(|d| codec::decode_row(&sim.table(), &d).unwrap());
     assert_eq!(at_11.map(|r| r[1].clone()), Some(Value::Int(1)), "the old primary still has the committed value");
     // Node 11 learns the new map: from now on only node 12 serves.
