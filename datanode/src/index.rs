@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use shoal_proto::codec::{decode_row, encode_index_key};
+use shoal_proto::codec::{decode_columns, encode_index_key};
 use shoal_proto::{IndexSpec, ShoalError, Table, Value};
 
 /// Bookkeeping bytes charged per index entry on top of its bytes.
@@ -115,9 +115,8 @@ impl OrderedIndex {
     /// The entry of one row, or None when the row cannot be decoded (never for rows the node
     /// wrote itself; such a row is simply not indexed rather than failing the write).
     pub fn entry(&self, table: &Table, key: &[u8], data: &[u8]) -> Option<(Box<[u8]>, u32)> {
-        let row = decode_row(table, data).ok()?;
+        let values = decode_columns(table, data, &self.spec.columns).ok()?;
         let cols: Vec<_> = self.spec.columns.iter().map(|&c| &table.columns()[c as usize]).collect();
-        let values: Vec<Value> = self.spec.columns.iter().map(|&c| row[c as usize].clone()).collect();
         let mut out = Vec::with_capacity(16 + key.len());
         encode_index_key(&mut out, &cols, &values).ok()?;
         let prefix = out.len() as u32;
@@ -203,7 +202,7 @@ impl OrderedIndex {
 
 #[cfg(test)]
 mod tests {
-    use shoal_proto::codec::{encode_key, encode_row};
+    use shoal_proto::codec::{decode_row, encode_key, encode_row};
     use shoal_proto::{Column, ColumnType, TableSpec};
 
     use super::*;

@@ -368,6 +368,36 @@ fn var_value(data: &[u8], mut at: usize) -> Result<(usize, usize), ShoalError> {
 
 /// Decodes a row written by [`encode_row`] for the same table layout.
 pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> {
+    let mut out = Vec::with_capacity(table.columns().len());
+    decode_with(table, data, |_| true, |_, v| out.push(v))?;
+    Ok(out)
+}
+
+/// The values of `columns` (in that order) of an encoded row, decoding nothing else: an index
+/// entry needs its few columns, not a copy of every text column of the row.
+pub fn decode_columns(table: &Table, data: &[u8], columns: &[u32]) -> Result<Vec<Value>, ShoalError> {
+    let mut out = vec![Value::Null; columns.len()];
+    decode_with(
+        table,
+        data,
+        |i| columns.contains(&(i as u32)),
+        |i, v| {
+            for (slot, _) in out.iter_mut().zip(columns).filter(|(_, &c)| c as usize == i) {
+                *slot = v.clone();
+            }
+        },
+    )?;
+    Ok(out)
+}
+
+/// Walks an encoded row, handing `take` the value of each column `wanted` says (NULL too), in
+/// column order.
+fn decode_with(
+    table: &Table,
+    data: &[u8],
+    wanted: impl Fn(usize) -> bool,
+    mut take: impl FnMut(usize, Value),
+) -> Result<(), ShoalError> {
     let cols = table.columns();
     let bitmap = cols.len().div_ceil(8);
     let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
@@ -377,35 +407,40 @@ pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> 
     let is_null = |i: usize| data[i / 8] & (1 << (i % 8)) != 0;
     let mut off = bitmap;
     let mut var = bitmap + fixed;
-    let mut out = Vec::with_capacity(cols.len());
     for (i, c) in cols.iter().enumerate() {
         let w = fixed_width(c.ty);
         let slot = &data[off..off + w];
         off += w;
         if is_null(i) {
-            out.push(Value::Null);
+            if wanted(i) {
+                take(i, Value::Null);
+            }
             continue;
         }
         let eight = || -> [u8; 8] { slot.try_into().unwrap_or([0; 8]) };
         let v = match c.ty {
-            ColumnType::Int => Value::Int(i64::from_le_bytes(eight())),
-            ColumnType::Uint => Value::Uint(u64::from_le_bytes(eight())),
-            ColumnType::Float => Value::Float(f64::from_bits(u64::from_le_bytes(eight()))),
-            ColumnType::Bool => Value::Bool(slot[0] != 0),
             ColumnType::Text | ColumnType::Bytes => {
                 let (start, end) = var_value(data, var)?;
-                let bytes = &data[start..end];
                 var = end;
+                if !wanted(i) {
+                    continue;
+                }
+                let bytes = &data[start..end];
                 if c.ty == ColumnType::Text {
                     Value::Text(String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("invalid UTF-8"))?)
                 } else {
                     Value::Bytes(bytes.to_vec())
                 }
             }
+            _ if !wanted(i) => continue,
+            ColumnType::Int => Value::Int(i64::from_le_bytes(eight())),
+            ColumnType::Uint => Value::Uint(u64::from_le_bytes(eight())),
+            ColumnType::Float => Value::Float(f64::from_bits(u64::from_le_bytes(eight()))),
+            ColumnType::Bool => Value::Bool(slot[0] != 0),
         };
-        out.push(v);
+        take(i, v);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// An encoded row with the columns `keep` leaves out made NULL and their bytes dropped: what a
@@ -490,6 +525,10 @@ mod tests {
             let _ = decode_row(&t, &enc[..cut]);
         }
         assert!(decode_row(&t, &enc[..enc.len() - 1]).is_err());
+        // Some columns only, in the order asked, a column twice too.
+        let some = decode_columns(&t, &enc, &[4, 0, 2, 0]).unwrap();
+        assert_eq!(some, vec![row[4].clone(), row[0].clone(), Value::Null, row[0].clone()]);
+        assert!(decode_columns(&t, &enc[..enc.len() - 1], &[0]).is_err(), "a cut row fails, asked columns or not");
     }
 
     #[test]
