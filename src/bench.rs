@@ -32,16 +32,10 @@ pub struct LoadRuntime {
 
 impl LoadRuntime {
     pub fn build(&self) -> Result<tokio::runtime::Runtime> {
-        let mut b = match self.client_threads {
-            0 => bail!("--client-threads must be at least 1"),
-            1 => tokio::runtime::Builder::new_current_thread(),
-            n => {
-                let mut b = tokio::runtime::Builder::new_multi_thread();
-                b.worker_threads(n);
-                b
-            }
-        };
-        Ok(b.enable_all().build()?)
+        if self.client_threads == 0 {
+            bail!("--client-threads must be at least 1");
+        }
+        Ok(shoal_proto::config::runtime_builder(self.client_threads).enable_all().build()?)
     }
 }
 

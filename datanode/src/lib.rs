@@ -63,15 +63,7 @@ pub fn main_entry() {
         .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| d.threads))
         .unwrap_or(0);
     let workers = shoal_proto::config::worker_threads(threads);
-    let mut builder = match workers {
-        1 => tokio::runtime::Builder::new_current_thread(),
-        n => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n);
-            b
-        }
-    };
-    let rt = match builder.enable_all().build() {
+    let rt = match shoal_proto::config::runtime_builder(workers).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shoal-datanode: cannot start runtime: {e}");

@@ -69,7 +69,6 @@ fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
         Ok(Answer::Unchanged) => pb::OpResult { unchanged: true, ..Default::default() },
         Ok(Answer::Rows(rows)) => pb::OpResult {
             rows: rows.into_iter().map(|r| r.map(Into::into).unwrap_or_default()).collect(),
-            found: true,
             ..Default::default()
         },
         Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },

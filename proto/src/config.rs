@@ -180,6 +180,19 @@ pub fn worker_threads(threads: u32) -> usize {
     }
 }
 
+/// The runtime for `workers` threads: with one, tokio's single-threaded runtime (every task
+/// polled on the thread that blocks on it, no sibling worker to wake for each ready socket:
+/// on 2 cores a fifth less CPU per call than two workers; ARCHITECTURE.md, "Worker threads");
+/// otherwise the multi-threaded one with that many workers.
+pub fn runtime_builder(workers: usize) -> tokio::runtime::Builder {
+    if workers <= 1 {
+        return tokio::runtime::Builder::new_current_thread();
+    }
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(workers);
+    b
+}
+
 /// Environment variable naming the host a node listens on instead of the host of its configured
 /// address (the port stays). The configured `addr`/`mysql_addr` is what peers and clients dial —
 /// in a container, its hostname; the container sets `SHOAL_LISTEN_HOST=0.0.0.0` so the socket

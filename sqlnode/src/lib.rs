@@ -55,25 +55,23 @@ pub fn main_entry() {
         .and_then(|c| c.sqlnode.iter().find(|s| s.id == args.id).map(|s| s.threads))
         .unwrap_or(0);
     let workers = shoal_proto::config::worker_threads(threads);
-    let result = if workers == 1 {
-        // Tokio's single-threaded runtime polls every task on the thread that blocks on it:
-        // one of our own, with the stack the parser's depth limit assumes. No sibling worker
-        // to wake for each ready connection: a fifth less CPU per statement than two workers
-        // on 2 cores (benchmarks.md, "Eighth session").
-        let sql = std::thread::Builder::new().name("sqlnode".into()).stack_size(sql::parse::WORKER_STACK_BYTES);
-        match sql.spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| rt.block_on(run(args)))
-        }) {
-            Ok(t) => t.join().unwrap_or_else(|_| Ok(Err(anyhow::anyhow!("the SQL node's thread panicked")))),
-            Err(e) => Err(e),
-        }
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
+    let serve = move || {
+        shoal_proto::config::runtime_builder(workers)
             .thread_stack_size(sql::parse::WORKER_STACK_BYTES)
             .enable_all()
             .build()
             .map(|rt| rt.block_on(run(args)))
+    };
+    let result = if workers == 1 {
+        // A single-threaded runtime polls every task on the thread that blocks on it: one of
+        // our own, with the stack the parser's depth limit assumes.
+        let sql = std::thread::Builder::new().name("sqlnode".into()).stack_size(sql::parse::WORKER_STACK_BYTES);
+        match sql.spawn(serve) {
+            Ok(t) => t.join().unwrap_or_else(|_| Ok(Err(anyhow::anyhow!("the SQL node's thread panicked")))),
+            Err(e) => Err(e),
+        }
+    } else {
+        serve()
     };
     match result {
         Ok(Ok(())) => {}
