@@ -676,3 +676,110 @@ async fn prepared_point_selects_follow_schema_changes() {
     assert_eq!(code_of(c.exec_first::<Row, _, _>(q, (1,)).await), 1146);
     c.disconnect().await.unwrap();
 }
+
+/// The text protocol's rows of `sql`, or the binary protocol's for it prepared with `params`,
+/// each cell as text (both protocols' values compare alike).
+async fn exec_rows(c: &mut Conn, sql: &str, params: mysql_async::Params) -> Vec<String> {
+    let rs: Vec<mysql_async::Row> = c.exec(sql, params).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rs.into_iter()
+        .map(|r| {
+            (0..r.len())
+                .map(|i| match r.as_ref(i) {
+                    Some(mysql_async::Value::NULL) | None => "NULL".to_string(),
+                    Some(mysql_async::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(mysql_async::Value::Int(v)) => v.to_string(),
+                    Some(mysql_async::Value::UInt(v)) => v.to_string(),
+                    Some(v) => v.as_sql(true),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
+}
+
+/// Prepared statements other than point selects are parsed once, at PREPARE, and bind each
+/// placeholder to its value at every execution (`Prepared::parsed` in the SQL node): each must
+/// answer as the statement with the values written into it does, execution after execution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_answer_as_their_literal_forms() {
+    use mysql_async::Value::NULL;
+    let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
+    let mut c = Conn::new(root_opts(&cluster)).await.expect("connect");
+    c.query_drop("CREATE DATABASE pp").await.unwrap();
+    c.query_drop("USE pp").await.unwrap();
+    c.query_drop("CREATE TABLE t (id INT PRIMARY KEY, k INT, c VARCHAR(20), d DECIMAL(6,2), KEY (k))").await.unwrap();
+    c.query_drop(
+        "INSERT INTO t VALUES (1, 10, 'a', 1.50), (2, 20, 'it''s', -2.25), (3, 20, NULL, NULL), (4, -5, 'é?', 0)",
+    )
+    .await
+    .unwrap();
+    let cases: Vec<(&str, mysql_async::Params, &str)> = vec![
+        (
+            "SELECT c FROM t WHERE id BETWEEN ? AND ? ORDER BY id",
+            (2, 4).into(),
+            "SELECT c FROM t WHERE id BETWEEN 2 AND 4 ORDER BY id",
+        ),
+        (
+            "SELECT id, d FROM t\n WHERE k IN (?, ?) AND c LIKE ? -- a ? in a comment\n ORDER BY id DESC LIMIT ?",
+            (20, -5, "%", 2).into(),
+            "SELECT id, d FROM t WHERE k IN (20, -5) AND c LIKE '%' ORDER BY id DESC LIMIT 2",
+        ),
+        (
+            "SELECT SUM(k), COUNT(*) FROM t WHERE id > ? AND c = ?",
+            (0, "it's").into(),
+            "SELECT SUM(k), COUNT(*) FROM t WHERE id > 0 AND c = 'it''s'",
+        ),
+        ("SELECT id FROM t WHERE k = -?", (5,).into(), "SELECT id FROM t WHERE k = -5"),
+        ("SELECT id FROM t WHERE c = ?", (NULL,).into(), "SELECT id FROM t WHERE c = NULL"),
+        ("SELECT id FROM t WHERE c <=> ?", (NULL,).into(), "SELECT id FROM t WHERE c <=> NULL"),
+        (
+            "SELECT 'é?', id, d * ? FROM t WHERE id = ? + ?",
+            ("2", 1u64, 1).into(),
+            "SELECT 'é?', id, d * '2' FROM t WHERE id = 1 + 1",
+        ),
+        (
+            "SELECT DISTINCT k FROM t WHERE id IN (SELECT id FROM t WHERE k > ?) ORDER BY k",
+            (15,).into(),
+            "SELECT DISTINCT k FROM t WHERE id IN (SELECT id FROM t WHERE k > 15) ORDER BY k",
+        ),
+    ];
+    for (prepared, params, literal) in cases {
+        let want = rows(&mut c, literal).await;
+        assert!(!want.is_empty() || prepared.contains("c = ?"), "{literal} answers nothing");
+        assert_eq!(exec_rows(&mut c, prepared, params).await, want, "{prepared}");
+    }
+
+    // Writes.
+    c.exec_drop(
+        "INSERT INTO t (id, k, c, d) VALUES (?, ?, ?, ?), (?, ?, ?, ?)",
+        (5, 50, "five", "5.5", 6, 60, NULL, NULL),
+    )
+    .await
+    .unwrap();
+    c.exec_drop("UPDATE t SET k = k + ?, c = ? WHERE id = ?", (1, "x'y", 5)).await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT * FROM t WHERE id >= 5 ORDER BY id").await, ["5,51,x'y,5.50", "6,60,NULL,NULL"]);
+    c.exec_drop("DELETE FROM t WHERE k >= ? ORDER BY id LIMIT ?", (51, 1)).await.unwrap();
+    assert_eq!(c.affected_rows(), 1);
+    assert_eq!(rows(&mut c, "SELECT id FROM t WHERE id >= 5").await, ["6"]);
+
+    // One statement executed again takes the new values; nothing of the last execution stays.
+    let stmt = c.prep("SELECT c FROM t WHERE id = ? OR k = ? ORDER BY id").await.unwrap();
+    assert_eq!(exec_rows(&mut c, "SELECT c FROM t WHERE id = ? OR k = ? ORDER BY id", (1, 0).into()).await, ["a"]);
+    let again: Vec<Option<String>> = c.exec(&stmt, (2, 20)).await.unwrap();
+    assert_eq!(again, [Some("it's".to_string()), None]);
+    let again: Vec<Option<String>> = c.exec(&stmt, (4, -1)).await.unwrap();
+    assert_eq!(again, [Some("é?".to_string())]);
+
+    // `SELECT ?` names its column `?`, as MySQL does; a `?` in a plain query is no placeholder.
+    let mut r = c.exec_iter("SELECT ?, id FROM t WHERE id = ?", ("v", 1)).await.unwrap();
+    let names: Vec<String> = r.columns().unwrap().iter().map(|c| c.name_str().into_owned()).collect();
+    assert_eq!(names, ["?", "id"]);
+    let got: Vec<(String, i64)> = r.collect().await.unwrap();
+    assert_eq!(got, [("v".to_string(), 1)]);
+    assert_eq!(code_of(c.query_drop("SELECT id FROM t WHERE id = ?").await), 1064);
+    // Statements that are no query or DML still run prepared (the values written in).
+    c.exec_drop("CREATE TABLE u (a INT PRIMARY KEY, b INT DEFAULT 7)", ()).await.unwrap();
+    c.exec_drop("INSERT INTO u (a) SELECT id FROM t WHERE k > ?", (15,)).await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT a, b FROM u ORDER BY a").await, ["2,7", "3,7", "6,7"]);
+    c.disconnect().await.unwrap();
+}

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use shoal_proto::bytes::Bytes;
 use shoal_proto::codec::{self, check_row, coerce, decode_row, encode_key, encode_row};
 use shoal_proto::{
     ClusterState, Delta, ErrorCode, PartitionAssignment, PartitionId, ShoalError, Table, TableId, Value,
@@ -38,9 +39,9 @@ pub struct Op {
     /// Primary key values (read, update, delete).
     pub key: Vec<Value>,
     /// Or the primary key already encoded (`key` is then empty).
-    pub key_data: Option<shoal_proto::bytes::Bytes>,
+    pub key_data: Option<Bytes>,
     /// Or, for a many-key read, encoded keys with their partitions (`partition` unused).
-    pub keys: Vec<(shoal_proto::bytes::Bytes, PartitionId)>,
+    pub keys: Vec<(Bytes, PartitionId)>,
     /// Every column (insert, upsert) or the columns named in `columns` (update).
     pub row: Vec<Value>,
     pub columns: Vec<u32>,
@@ -82,8 +83,8 @@ pub enum Answer {
     Row(Option<Vec<u8>>),
     /// An update that found the row already holding its values: nothing was written.
     Unchanged,
-    /// A many-key read's rows, one per key (None: no row with that key).
-    Rows(Vec<Option<Vec<u8>>>),
+    /// A many-key read's rows, one per key (empty: no row with that key), slices of one buffer.
+    Rows(Vec<Bytes>),
 }
 
 /// Reads one row by primary key, in the table's row encoding (the caller decodes it), or each
@@ -106,13 +107,19 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: boo
             }
             let table = table_of(&map, op.table)?;
             let keep = wanted(table, &op.columns)?;
-            let mut rows = Vec::with_capacity(op.keys.len());
+            // One buffer for all the rows, each answered as a slice of it: an allocation and a
+            // copy per row were a tenth of a data node's CPU on sysbench's 100-key ranges.
+            let mut buf = Vec::with_capacity(op.keys.len() * 64);
+            let mut ends = Vec::with_capacity(op.keys.len());
             for (key, partition) in &op.keys {
                 let (table, part) = targets.get(op.table, *partition)?;
                 check_encoded_routing(table, key, *partition)?;
-                rows.push(lookup(table, &part, key, keep.as_deref())?);
+                let start = buf.len();
+                lookup_into(table, &part, key, keep.as_deref(), &mut buf)?;
+                ends.push((start, buf.len()));
             }
-            Ok(Answer::Rows(rows))
+            let buf = Bytes::from(buf);
+            Ok(Answer::Rows(ends.into_iter().map(|(s, e)| buf.slice(s..e)).collect()))
         })
         .collect()
 }
@@ -206,6 +213,23 @@ fn lookup(table: &Table, part: &Partition, key: &[u8], keep: Option<&[bool]>) ->
         None => Ok(Some(slot.data.to_vec())),
         Some(keep) => codec::project_row(table, &slot.data, keep).map(Some),
     }
+}
+
+/// [`lookup`], the row appended to `out` (nothing when there is none: a row is never empty).
+fn lookup_into(
+    table: &Table,
+    part: &Partition,
+    key: &[u8],
+    keep: Option<&[bool]>,
+    out: &mut Vec<u8>,
+) -> Result<(), ShoalError> {
+    let store = part.store.lock();
+    let Some(slot) = store.get(key) else { return Ok(()) };
+    match keep {
+        None => out.extend_from_slice(&slot.data),
+        Some(keep) => codec::project_row_into(table, &slot.data, keep, out)?,
+    }
+    Ok(())
 }
 
 /// Checks a write's row (insert, upsert: replaced by the checked, coerced row) and returns

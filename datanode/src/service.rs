@@ -67,10 +67,7 @@ fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
         }
         Ok(Answer::Row(None)) => pb::OpResult { gci, ..Default::default() },
         Ok(Answer::Unchanged) => pb::OpResult { unchanged: true, ..Default::default() },
-        Ok(Answer::Rows(rows)) => pb::OpResult {
-            rows: rows.into_iter().map(|r| r.map(Into::into).unwrap_or_default()).collect(),
-            ..Default::default()
-        },
+        Ok(Answer::Rows(rows)) => pb::OpResult { rows, ..Default::default() },
         Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },
     }
 }

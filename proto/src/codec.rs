@@ -447,20 +447,28 @@ fn decode_with(
 /// key read answers when the reader needs only some columns. [`decode_row`] reads it (the
 /// dropped columns come out NULL).
 pub fn project_row(table: &Table, data: &[u8], keep: &[bool]) -> Result<Vec<u8>, ShoalError> {
+    let mut out = Vec::with_capacity(data.len());
+    project_row_into(table, data, keep, &mut out)?;
+    Ok(out)
+}
+
+/// [`project_row`], appended to `out` (a many-key read puts all its rows in one buffer). On an
+/// error `out` may hold part of the row.
+pub fn project_row_into(table: &Table, data: &[u8], keep: &[bool], out: &mut Vec<u8>) -> Result<(), ShoalError> {
     let cols = table.columns();
     let bitmap = cols.len().div_ceil(8);
     let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
     if data.len() < bitmap + fixed {
         return Err(corrupt("shorter than its fixed part"));
     }
-    let mut out = Vec::with_capacity(data.len());
+    let start = out.len();
     out.extend_from_slice(&data[..bitmap + fixed]);
     let mut var = bitmap + fixed;
     for (i, c) in cols.iter().enumerate() {
         let kept = keep.get(i).copied().unwrap_or(false);
         let null = data[i / 8] & (1 << (i % 8)) != 0;
         if !kept {
-            out[i / 8] |= 1 << (i % 8);
+            out[start + i / 8] |= 1 << (i % 8);
         }
         if !c.ty.is_var() || null {
             continue;
@@ -471,7 +479,7 @@ pub fn project_row(table: &Table, data: &[u8], keep: &[bool]) -> Result<Vec<u8>,
         }
         var = end;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Byte offset of a fixed-width column inside an encoded row, for filters that read one column

@@ -11,6 +11,7 @@ use sqlparser::ast::{
     self, BinaryOperator, DataType, DuplicateTreatment, FunctionArg, FunctionArgExpr, FunctionArguments, UnaryOperator,
     Value as AstValue,
 };
+use sqlparser::tokenizer::Location;
 
 use crate::error::{code, SqlError, SqlResult};
 use crate::session::ColumnMeta;
@@ -207,6 +208,23 @@ pub struct Env {
     pub version: String,
     /// Seconds since the Unix epoch, fixed for one statement (NOW()).
     pub now_secs: u64,
+    /// The values of a prepared statement's placeholders.
+    pub params: Params,
+}
+
+/// The values of a prepared statement's placeholders for one execution, each with where its
+/// `?` stands in the statement's text (the placeholder's span start): binding a placeholder
+/// takes the value at its place.
+pub type Params = std::sync::Arc<Vec<(Location, Val)>>;
+
+impl Env {
+    fn param(&self, at: Location) -> SqlResult<Val> {
+        self.params
+            .iter()
+            .find(|(l, _)| *l == at)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| SqlError::parse("placeholder '?' outside a prepared statement"))
+    }
 }
 
 pub struct Binder<'a> {
@@ -397,6 +415,7 @@ impl<'a> Binder<'a> {
                 let (last, quals) = parts.split_last().ok_or_else(|| SqlError::parse("empty identifier"))?;
                 self.column(Some(quals), last)?
             }
+            A::Value(v) if matches!(v.value, AstValue::Placeholder(_)) => Expr::Lit(self.env.param(v.span.start)?),
             A::Value(v) => Expr::Lit(literal(&v.value)?),
             A::TypedString(ts) => {
                 let text = match &ts.value.value {

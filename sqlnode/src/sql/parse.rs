@@ -6,7 +6,7 @@
 use sqlparser::ast::Statement;
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Token, Tokenizer};
+use sqlparser::tokenizer::{Location, Token, Tokenizer};
 
 use crate::error::{SqlError, SqlResult};
 use crate::val::{format_double, Val};
@@ -649,6 +649,45 @@ pub fn sql_literal(v: &Val) -> String {
     }
 }
 
+/// A prepared statement's text parsed with its placeholders (`at`) left in place, when it is a
+/// query or DML (the statements whose values all go through the binder, which takes each
+/// placeholder's value from `Env::params`); None sends its executions the substituting way.
+pub fn parse_with_placeholders(sql: &str, at: &[usize]) -> Option<Box<Statement>> {
+    if !is_query_or_dml(sql) {
+        return None;
+    }
+    let stmt = parse_one(sql).ok()?;
+    let dml = matches!(stmt, Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_));
+    // Every `?` the text has is a placeholder of the statement (none became part of something
+    // else the parser reads differently).
+    (dml && placeholders(&stmt.to_string()).len() == at.len()).then(|| Box::new(stmt))
+}
+
+/// Where the placeholders at byte offsets `at` stand, as sqlparser's spans count: lines and
+/// characters from 1.
+pub fn locations(sql: &str, at: &[usize]) -> Vec<Location> {
+    at.iter()
+        .map(|&pos| {
+            let before = &sql[..pos];
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            let line = before.matches('\n').count() as u64 + 1;
+            Location::new(line, before[line_start..].chars().count() as u64 + 1)
+        })
+        .collect()
+}
+
+/// The value a placeholder bound to `v` takes: what the literal [`substitute`] writes for it
+/// would give (an unsigned integer that fits is a signed one, an empty byte string is text,
+/// a float that is not finite is NULL).
+pub fn param_value(v: &Val) -> Val {
+    match v {
+        Val::UInt(u) => i64::try_from(*u).map_or(Val::UInt(*u), Val::Int),
+        Val::Float(f) if !f.is_finite() => Val::Null,
+        Val::Bytes(b) if b.is_empty() => Val::Str(String::new()),
+        other => other.clone(),
+    }
+}
+
 /// Replaces the placeholders at `at` with the literals of `params`.
 pub fn substitute(sql: &str, at: &[usize], params: &[Val]) -> String {
     let mut out = String::with_capacity(sql.len() + params.len() * 8);
@@ -837,5 +876,77 @@ mod tests {
         assert_eq!(parse_one("SELEC 1").unwrap_err().code, 1064);
         assert_eq!(parse_one("select 1; select 2").unwrap_err().code, 1064);
         assert!(parse_one("select a from t where b = 1 order by a desc limit 3").is_ok());
+    }
+}
+
+#[cfg(test)]
+mod placeholder_tests {
+    use super::*;
+    use crate::sql::bind::{Binder, Env};
+
+    /// The spans sqlparser gives the placeholders of `sql`, in text order, read off the
+    /// statement's debug form (the AST has no visitor without a feature we do not build).
+    fn placeholder_spans(sql: &str) -> Vec<Location> {
+        let dbg = format!("{:?}", parse_one(sql).unwrap());
+        let mut out = vec![];
+        let mut rest = dbg.as_str();
+        while let Some(i) = rest.find("Placeholder(") {
+            rest = &rest[i..];
+            // `Placeholder("?"), span: Span(Location(line,column)..Location(...))`
+            let s = &rest[rest.find("Span(Location(").unwrap() + "Span(Location(".len()..];
+            let (line, column) = s[..s.find(')').unwrap()].split_once(',').unwrap();
+            out.push(Location::new(line.trim().parse().unwrap(), column.trim().parse().unwrap()));
+            rest = &rest[1..];
+        }
+        out.sort_by_key(|l| (l.line, l.column));
+        out
+    }
+
+    #[test]
+    fn placeholder_locations_are_the_parser_spans() {
+        for sql in [
+            "SELECT c FROM t WHERE id BETWEEN ? AND ?",
+            "SELECT ?, 'é?', `x?` FROM t WHERE a IN (?, ?, -?) AND b LIKE ? -- ?\n ORDER BY c LIMIT ?",
+            "SELECT /* ? */ 'ü',\n  ?\n\t+ ?   FROM t\nWHERE  x = ?",
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, 'né?')",
+            "UPDATE t SET k = k + ?, c = ? WHERE id = ?",
+            "DELETE FROM t WHERE id = ? ORDER BY id LIMIT ?",
+        ] {
+            let at = placeholders(sql);
+            assert_eq!(locations(sql, &at), placeholder_spans(sql), "{sql}");
+            assert!(parse_with_placeholders(sql, &at).is_some(), "{sql}");
+        }
+        // Not a query or DML, or a `?` the statement does not take as a placeholder: the
+        // substituting way.
+        let sql = "CREATE TABLE t (a INT DEFAULT ?)";
+        assert!(parse_with_placeholders(sql, &placeholders(sql)).is_none());
+    }
+
+    #[test]
+    fn a_placeholder_takes_the_value_its_substituted_literal_would() {
+        let env = Env::default();
+        for v in [
+            Val::Null,
+            Val::Int(7),
+            Val::Int(-7),
+            Val::Int(i64::MIN + 1),
+            Val::UInt(7),
+            Val::UInt(u64::MAX),
+            Val::Float(1.5),
+            Val::Float(-2.25e-10),
+            Val::Float(f64::NAN),
+            Val::Dec(crate::val::Dec::parse("-12.340").unwrap()),
+            Val::Str("it's a \\ test\0 é".into()),
+            Val::Str(String::new()),
+            Val::Bytes(vec![0, 255, 10]),
+            Val::Bytes(vec![]),
+        ] {
+            let sql = format!("SELECT {}", sql_literal(&v));
+            let Statement::Query(q) = parse_one(&sql).unwrap() else { panic!() };
+            let sqlparser::ast::SetExpr::Select(s) = *q.body else { panic!() };
+            let sqlparser::ast::SelectItem::UnnamedExpr(e) = &s.projection[0] else { panic!() };
+            let via_text = Binder::new(&env, None, "field list").bind(e).unwrap().eval(&[], &[]).unwrap();
+            assert_eq!(format!("{:?}", param_value(&v)), format!("{via_text:?}"), "{v:?}");
+        }
     }
 }
