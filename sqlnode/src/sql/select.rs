@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
 use crate::error::{code, SqlError, SqlResult};
-use crate::sql::expr::{Acc, AggKind, Outer};
+use crate::sql::expr::{Acc, AggKind, Expr, Outer};
 use crate::sql::query::{Body, From, QueryPlan, SelectPlan, SetOp, SortKey};
 use crate::val::{sort_cmp, Val};
 
@@ -197,8 +197,13 @@ struct Group {
 pub struct SelectRun<'p> {
     plan: &'p SelectPlan,
     outer: Option<&'p Outer<'p>>,
-    /// (sort keys, output row)
+    /// (sort keys that are no output column, output row): see `key_at`.
     buffer: Vec<(Vec<Val>, Vec<Val>)>,
+    /// Where each ORDER BY key of a buffered row is: an output column is not copied again.
+    key_at: Vec<KeyAt>,
+    /// The input column each output moves out of its row, where the output is that column and
+    /// no other output is (a text value then moves instead of being copied).
+    moves: Vec<Option<usize>>,
     groups: HashMap<Vec<u8>, usize>,
     group_rows: Vec<Group>,
     /// Values held by DISTINCT aggregates, over all groups.
@@ -211,11 +216,41 @@ pub struct SelectRun<'p> {
     presorted: bool,
 }
 
+/// Where a buffered row's sort key is (see `SelectRun::key_at`).
+#[derive(Clone, Copy)]
+enum KeyAt {
+    Out(usize),
+    Extra(usize),
+}
+
 impl<'p> SelectRun<'p> {
     pub fn new(plan: &'p SelectPlan, outer: Option<&'p Outer<'p>>) -> SelectRun<'p> {
+        let mut extra = 0;
+        let key_at = plan
+            .order
+            .iter()
+            .map(|(k, _)| match k {
+                SortKey::Out(i) => KeyAt::Out(*i),
+                SortKey::Expr(_) => {
+                    extra += 1;
+                    KeyAt::Extra(extra - 1)
+                }
+            })
+            .collect();
+        let column = |e: &Expr| match e {
+            Expr::Col(i) => Some(*i),
+            _ => None,
+        };
+        let moves = plan
+            .outputs
+            .iter()
+            .map(|e| column(e).filter(|&i| plan.outputs.iter().filter(|o| column(o) == Some(i)).count() == 1))
+            .collect();
         SelectRun {
             plan,
             outer,
+            key_at,
+            moves,
             buffer: vec![],
             groups: HashMap::new(),
             group_rows: vec![],
@@ -241,7 +276,7 @@ impl<'p> SelectRun<'p> {
     }
 
     /// Takes one input row; false = enough rows, stop reading.
-    pub fn feed(&mut self, row: Vec<Val>) -> SqlResult<bool> {
+    pub fn feed(&mut self, mut row: Vec<Val>) -> SqlResult<bool> {
         let p = self.plan;
         if let Some(f) = &p.filter {
             if f.eval_in(&row, &[], self.outer)?.truth() != Some(true) {
@@ -307,11 +342,12 @@ impl<'p> SelectRun<'p> {
             }
             return Ok(true);
         }
-        self.emit(&row, &[])
+        self.emit(&mut row, &[])
     }
 
-    /// Computes one output row from an input row (or group) and buffers it.
-    fn emit(&mut self, row: &[Val], aggs: &[Val]) -> SqlResult<bool> {
+    /// Computes one output row from an input row (or group) and buffers it; the row's values
+    /// may move into the output.
+    fn emit(&mut self, row: &mut [Val], aggs: &[Val]) -> SqlResult<bool> {
         let p = self.plan;
         if let Some(h) = &p.having {
             if h.eval_in(row, aggs, self.outer)?.truth() != Some(true) {
@@ -329,18 +365,32 @@ impl<'p> SelectRun<'p> {
         self.emit_out(row, aggs)
     }
 
-    /// The output row (and sort keys) of a row past HAVING, buffered.
-    fn emit_out(&mut self, row: &[Val], aggs: &[Val]) -> SqlResult<bool> {
+    /// The output row (and sort keys) of a row past HAVING, buffered; the row's values may
+    /// move into it.
+    fn emit_out(&mut self, row: &mut [Val], aggs: &[Val]) -> SqlResult<bool> {
         let p = self.plan;
-        let out = p.outputs.iter().map(|e| e.eval_in(row, aggs, self.outer)).collect::<SqlResult<Vec<_>>>()?;
+        // Keys first: they may read columns the outputs then take.
         let keys = p
             .order
             .iter()
-            .map(|(k, _)| match k {
-                SortKey::Out(i) => Ok(out.get(*i).cloned().unwrap_or(Val::Null)),
-                SortKey::Expr(e) => e.eval_in(row, aggs, self.outer),
+            .filter_map(|(k, _)| match k {
+                SortKey::Out(_) => None,
+                SortKey::Expr(e) => Some(e.eval_in(row, aggs, self.outer)),
             })
             .collect::<SqlResult<Vec<_>>>()?;
+        // The computed outputs next, then the columns that move: the computed ones may read them.
+        let mut out = Vec::with_capacity(p.outputs.len());
+        for (e, m) in p.outputs.iter().zip(&self.moves) {
+            out.push(match m {
+                Some(_) => Val::Null,
+                None => e.eval_in(row, aggs, self.outer)?,
+            });
+        }
+        for (o, m) in out.iter_mut().zip(&self.moves) {
+            if let Some(v) = m.and_then(|i| row.get_mut(i)) {
+                *o = std::mem::replace(v, Val::Null);
+            }
+        }
         self.buffer.push((keys, out));
         let wanted = p.limit.map(|l| l.saturating_add(p.offset) as usize);
         if (p.order.is_empty() || self.presorted) && !p.distinct && !p.grouped {
@@ -362,10 +412,19 @@ impl<'p> SelectRun<'p> {
     }
 
     fn sort(&mut self) {
-        let dirs: Vec<bool> = self.plan.order.iter().map(|(_, asc)| *asc).collect();
-        self.buffer.sort_by(|(a, _), (b, _)| {
-            for ((x, y), asc) in a.iter().zip(b).zip(&dirs) {
-                let o = sort_cmp(x, y);
+        static NULL: Val = Val::Null;
+        fn key(row: &(Vec<Val>, Vec<Val>), at: KeyAt) -> &Val {
+            match at {
+                KeyAt::Out(i) => row.1.get(i),
+                KeyAt::Extra(i) => row.0.get(i),
+            }
+            .unwrap_or(&NULL)
+        }
+        let keys: Vec<(KeyAt, bool)> =
+            self.key_at.iter().copied().zip(self.plan.order.iter().map(|(_, asc)| *asc)).collect();
+        self.buffer.sort_by(|a, b| {
+            for (at, asc) in &keys {
+                let o = sort_cmp(key(a, *at), key(b, *at));
                 let o = if *asc { o } else { o.reverse() };
                 if o != Ordering::Equal {
                     return o;
@@ -384,18 +443,18 @@ impl<'p> SelectRun<'p> {
                 self.group_rows.push(g);
             }
             let groups = std::mem::take(&mut self.group_rows);
-            for g in groups {
+            for mut g in groups {
                 let vals: Vec<Val> = p.aggs.iter().zip(&g.accs).map(|(s, a)| a.finish_spec(s)).collect();
-                self.emit(&g.rep, &vals)?;
+                self.emit(&mut g.rep, &vals)?;
             }
         }
         if !p.windows.is_empty() {
             let pending = std::mem::take(&mut self.pending);
             let values = crate::sql::window::compute(&p.windows, &pending, self.outer)?;
-            for ((row, mut aggs), w) in pending.into_iter().zip(values) {
+            for ((mut row, mut aggs), w) in pending.into_iter().zip(values) {
                 aggs.resize(p.aggs.len(), Val::Null);
                 aggs.extend(w);
-                self.emit_out(&row, &aggs)?;
+                self.emit_out(&mut row, &aggs)?;
             }
         }
         if p.distinct {
