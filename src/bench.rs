@@ -281,29 +281,25 @@ async fn worker(client: Client, a: KvArgs, id: usize, stop: Instant) -> Worker {
                 }
             })
             .collect();
-        let ops: Vec<KeyOp> = keys
-            .iter()
-            .map(|&k| {
-                if write {
+        // Writes are upserts; reads go the way a batch read of one table goes
+        // (`Client::read_many`).
+        let (ops, versions): (Vec<KeyOp>, Vec<Option<u64>>) = match write {
+            true => keys
+                .iter()
+                .map(|&k| {
                     version += 1;
-                    KeyOp::Upsert {
-                        table: BENCH_TABLE.into(),
-                        row: vec![Value::Uint(k), value_of(version, a.value_size)],
-                    }
-                } else {
-                    KeyOp::Read { table: BENCH_TABLE.into(), key: vec![Value::Uint(k)] }
-                }
-            })
-            .collect();
-        let versions: Vec<Option<u64>> = ops
-            .iter()
-            .map(|op| match op {
-                KeyOp::Upsert { row, .. } => version_in(row),
-                _ => None,
-            })
-            .collect();
+                    let row = vec![Value::Uint(k), value_of(version, a.value_size)];
+                    let v = version_in(&row);
+                    (KeyOp::Upsert { table: BENCH_TABLE.into(), row }, v)
+                })
+                .unzip(),
+            false => (vec![], vec![None; keys.len()]),
+        };
         let t0 = Instant::now();
-        let results = client.batch(ops).await;
+        let results = match write {
+            true => client.batch(ops).await,
+            false => client.read_many(BENCH_TABLE, keys.iter().map(|&k| vec![Value::Uint(k)]).collect(), &[]).await,
+        };
         let _ = w.hist.record((t0.elapsed().as_micros() as u64).max(1));
         for ((k, v), r) in keys.iter().zip(versions).zip(results) {
             if write {

@@ -13,6 +13,7 @@ mod index;
 pub mod link;
 mod many_key;
 pub mod mgmd;
+mod read_many;
 mod txn;
 pub mod users;
 
@@ -28,7 +29,7 @@ use shoal_proto::convert::{check, deltas_to_pb, values_from_pb, values_to_pb};
 use shoal_proto::filter::Filter;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient, mgmd_client::MgmdClient};
 pub use shoal_proto::Delta;
-use shoal_proto::{ClusterState, ErrorCode, NodeId, NodeState, ShoalError, Table, TableSpec, Value};
+use shoal_proto::{ClusterState, ErrorCode, NodeId, NodeState, PartitionId, ShoalError, Table, TableSpec, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -434,9 +435,7 @@ impl Client {
     /// [`Client::batch_get`] of only some columns (positions; empty = all): the rows come
     /// back whole, with the other columns NULL, and the data nodes send only what was asked.
     pub async fn batch_get_columns(&self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Result<Vec<Option<Row>>> {
-        let ops = keys.into_iter().map(|key| KeyOp::Read { table: table.into(), key }).collect();
-        let read_backup = self.inner.opts.read_backup;
-        self.run_batch(ops, read_backup, None, columns).await.0.into_iter().collect()
+        self.read_many(table, keys, columns).await.into_iter().collect()
     }
 
     async fn one(&self, op: KeyOp) -> Result<Option<Row>> {
@@ -596,7 +595,7 @@ impl Client {
                     }
                 };
                 group_of[i] = map.partitions.get(prepared.partition as usize).map_or(0, |p| p.node_group);
-                match route(&map, &prepared, read_backup, only_node, spread) {
+                match route(&map, prepared.partition, prepared.is_read, read_backup, only_node, spread) {
                     Some(node) => by_node.entry(node).or_default().push((i, prepared)),
                     None => {
                         last_err.insert(
@@ -887,10 +886,9 @@ impl Client {
         loop {
             let map = self.map();
             let req = pb::ScanRequest { epoch: map.epoch, partition, ..base.clone() };
-            let probe = Prepared { partition, op: pb::Op::default(), is_read: true };
             // Each attempt asks the next replica.
             spread = spread.wrapping_add(1);
-            let result = match route(&map, &probe, read_backup, None, spread) {
+            let result = match route(&map, partition, true, read_backup, None, spread) {
                 None => Err((
                     false,
                     ShoalError::new(
@@ -989,12 +987,19 @@ async fn execute_merged(
 /// Picks the node for an operation: the primary, or for a read-backup read the complete live
 /// replica number `spread` (modulo their count, in node id order: operations of one call
 /// with the same `spread` meet on as few nodes as the partitions allow).
-fn route(map: &ClusterState, p: &Prepared, read_backup: bool, only: Option<NodeId>, spread: usize) -> Option<NodeId> {
-    let pa = map.partition(p.partition)?;
+fn route(
+    map: &ClusterState,
+    partition: PartitionId,
+    is_read: bool,
+    read_backup: bool,
+    only: Option<NodeId>,
+    spread: usize,
+) -> Option<NodeId> {
+    let pa = map.partition(partition)?;
     if let Some(n) = only {
         return Some(n);
     }
-    if read_backup && p.is_read {
+    if read_backup && is_read {
         let mut up: Vec<NodeId> = pa
             .replicas
             .iter()
@@ -1104,25 +1109,19 @@ mod tests {
         }
     }
 
-    fn read(partition: u32) -> Prepared {
-        Prepared { partition, op: pb::Op::default(), is_read: true }
-    }
-
     #[test]
     fn read_backup_calls_meet_on_one_replica_and_take_turns() {
         let map = map();
         for spread in 0..6 {
-            let nodes: Vec<_> = [0, 2, 3].iter().map(|&p| route(&map, &read(p), true, None, spread).unwrap()).collect();
+            let nodes: Vec<_> = [0, 2, 3].iter().map(|&p| route(&map, p, true, true, None, spread).unwrap()).collect();
             assert!(nodes.iter().all(|&n| n == nodes[0]), "turn {spread}: {nodes:?}");
             assert_eq!(nodes[0], [11, 12, 13][spread % 3]);
         }
         // A syncing replica serves nothing: partition 1 takes turns over 11 and 12 only.
-        let turns: Vec<_> = (0..4).map(|s| route(&map, &read(1), true, None, s).unwrap()).collect();
+        let turns: Vec<_> = (0..4).map(|s| route(&map, 1, true, true, None, s).unwrap()).collect();
         assert_eq!(turns, [11, 12, 11, 12]);
         // Writes, and reads without read-backup, go to the primary.
-        let mut write = read(2);
-        write.is_read = false;
-        assert_eq!(route(&map, &write, true, None, 1), Some(13));
-        assert_eq!(route(&map, &read(3), false, None, 0), Some(12));
+        assert_eq!(route(&map, 2, false, true, None, 1), Some(13));
+        assert_eq!(route(&map, 3, true, false, None, 0), Some(12));
     }
 }

@@ -163,6 +163,10 @@ impl Transaction {
     /// rest come back NULL) when the transaction has no work of its own where they land (the
     /// reads then go the batched autocommit way, as in `execute`); whole rows otherwise.
     pub async fn get_many_columns(&mut self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Vec<OpOutcome> {
+        if !self.finished && self.parts.is_empty() {
+            // No work of its own anywhere yet (its reads before its writes): see `plain_reads_only`.
+            return self.client.read_many(table, keys, columns).await;
+        }
         let ops = keys.into_iter().map(|key| (KeyOp::Read { table: table.into(), key }, LockMode::None)).collect();
         self.execute_fetching(ops, columns).await
     }
