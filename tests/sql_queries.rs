@@ -25,7 +25,11 @@ fn root_opts(cluster: &TestCluster) -> OptsBuilder {
 }
 
 async fn rows(c: &mut Conn, sql: &str) -> Vec<String> {
-    let rs: Vec<mysql_async::Row> = c.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    text_rows(c.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")))
+}
+
+/// Each row as its cells in text, comma-separated (text and binary protocol rows alike).
+fn text_rows(rs: Vec<mysql_async::Row>) -> Vec<String> {
     rs.into_iter()
         .map(|r| {
             (0..r.len())
@@ -677,24 +681,9 @@ async fn prepared_point_selects_follow_schema_changes() {
     c.disconnect().await.unwrap();
 }
 
-/// The text protocol's rows of `sql`, or the binary protocol's for it prepared with `params`,
-/// each cell as text (both protocols' values compare alike).
+/// The binary protocol's rows of `sql` prepared and run with `params`, as [`text_rows`].
 async fn exec_rows(c: &mut Conn, sql: &str, params: mysql_async::Params) -> Vec<String> {
-    let rs: Vec<mysql_async::Row> = c.exec(sql, params).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-    rs.into_iter()
-        .map(|r| {
-            (0..r.len())
-                .map(|i| match r.as_ref(i) {
-                    Some(mysql_async::Value::NULL) | None => "NULL".to_string(),
-                    Some(mysql_async::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
-                    Some(mysql_async::Value::Int(v)) => v.to_string(),
-                    Some(mysql_async::Value::UInt(v)) => v.to_string(),
-                    Some(v) => v.as_sql(true),
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect()
+    text_rows(c.exec(sql, params).await.unwrap_or_else(|e| panic!("{sql}: {e}")))
 }
 
 /// Prepared statements other than point selects are parsed once, at PREPARE, and bind each

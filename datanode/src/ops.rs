@@ -207,12 +207,9 @@ fn wanted(table: &Table, columns: &[u32]) -> Result<Option<Vec<bool>>, ShoalErro
 
 /// The row under an encoded key, with only the `keep` columns (None: all).
 fn lookup(table: &Table, part: &Partition, key: &[u8], keep: Option<&[bool]>) -> Result<Option<Vec<u8>>, ShoalError> {
-    let store = part.store.lock();
-    let Some(slot) = store.get(key) else { return Ok(None) };
-    match keep {
-        None => Ok(Some(slot.data.to_vec())),
-        Some(keep) => codec::project_row(table, &slot.data, keep).map(Some),
-    }
+    let mut row = vec![];
+    lookup_into(table, part, key, keep, &mut row)?;
+    Ok((!row.is_empty()).then_some(row))
 }
 
 /// [`lookup`], the row appended to `out` (nothing when there is none: a row is never empty).

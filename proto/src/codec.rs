@@ -443,17 +443,10 @@ fn decode_with(
     Ok(())
 }
 
-/// An encoded row with the columns `keep` leaves out made NULL and their bytes dropped: what a
-/// key read answers when the reader needs only some columns. [`decode_row`] reads it (the
-/// dropped columns come out NULL).
-pub fn project_row(table: &Table, data: &[u8], keep: &[bool]) -> Result<Vec<u8>, ShoalError> {
-    let mut out = Vec::with_capacity(data.len());
-    project_row_into(table, data, keep, &mut out)?;
-    Ok(out)
-}
-
-/// [`project_row`], appended to `out` (a many-key read puts all its rows in one buffer). On an
-/// error `out` may hold part of the row.
+/// Appends to `out` an encoded row with the columns `keep` leaves out made NULL and their bytes
+/// dropped: what a key read answers when the reader needs only some columns (a many-key read
+/// puts all its rows in one buffer). [`decode_row`] reads it (the dropped columns come out
+/// NULL). On an error `out` may hold part of the row.
 pub fn project_row_into(table: &Table, data: &[u8], keep: &[bool], out: &mut Vec<u8>) -> Result<(), ShoalError> {
     let cols = table.columns();
     let bitmap = cols.len().div_ceil(8);
@@ -550,13 +543,14 @@ mod tests {
         let enc = encode_row(&t, &row).unwrap();
         for mask in 0..32u32 {
             let keep: Vec<bool> = (0..5).map(|i| mask & (1 << i) != 0).collect();
-            let projected = project_row(&t, &enc, &keep).unwrap();
+            let mut projected = vec![];
+            project_row_into(&t, &enc, &keep, &mut projected).unwrap();
             let want: Vec<Value> =
                 row.iter().zip(&keep).map(|(v, &k)| if k { v.clone() } else { Value::Null }).collect();
             assert_eq!(decode_row(&t, &projected).unwrap(), want, "mask {mask:05b}");
         }
         for cut in 0..enc.len() {
-            let _ = project_row(&t, &enc[..cut], &[true; 5]);
+            let _ = project_row_into(&t, &enc[..cut], &[true; 5], &mut vec![]);
         }
     }
 

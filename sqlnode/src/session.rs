@@ -836,7 +836,6 @@ impl Session {
             let values = p.param_at.iter().copied().zip(params.iter().map(parse::param_value)).collect();
             self.begin_statement(&p.sql, Arc::new(values)).await?;
             let out = self.statement(stmt, &p.sql).await;
-            self.params = Params::default();
             return self.end_statement(out);
         }
         let sql = parse::substitute(&p.sql, &p.placeholders, params);
