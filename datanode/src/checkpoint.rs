@@ -153,9 +153,9 @@ pub fn write_partition(dir: &Path, id: u64, part: &std::sync::Arc<Partition>) ->
             payload.push(LCP_TAG);
             payload.push(KIND_ROW);
             payload.extend_from_slice(&slot.seq.to_le_bytes());
-            payload.extend_from_slice(&(slot.key.len() as u32).to_le_bytes());
-            payload.extend_from_slice(&slot.key);
-            payload.extend_from_slice(&slot.data);
+            payload.extend_from_slice(&(slot.key().len() as u32).to_le_bytes());
+            payload.extend_from_slice(slot.key());
+            payload.extend_from_slice(slot.data());
             frame(&mut buf, &payload);
             rows += 1;
             true

@@ -238,7 +238,7 @@ mod tests {
         let mut after: Option<Box<[u8]>> = None;
         for _ in 0..1000 {
             after = ix.walk(range, after.as_deref(), chunk, |pk| {
-                let row = decode_row(t, &s.get(pk).unwrap().data).unwrap();
+                let row = decode_row(t, s.get(pk).unwrap().data()).unwrap();
                 out.push(row[0].as_i64().unwrap());
                 true
             });
@@ -285,6 +285,9 @@ mod tests {
         // An update moves the row; a delete removes it.
         put(&mut s, &t, 1, Some(5), 1.5, 6);
         assert_eq!(walk_keys(&s, &t, 1, &all, 2), vec![3, 1, 2, 4, 5]);
+        // Its entry in the index whose column kept its value stays, once.
+        assert_eq!(walk_keys(&s, &t, 2, &floats, 3), vec![4, 3, 1, 5]);
+        assert_eq!(s.index(2).unwrap().len(), 5);
         s.delete(&encode_key(&t, vec![Value::Int(4)]).unwrap().0);
         assert_eq!(walk_keys(&s, &t, 1, &all, 2), vec![3, 1, 2, 5]);
         assert_eq!(s.index(1).unwrap().len(), 4);

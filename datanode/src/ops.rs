@@ -223,8 +223,8 @@ fn lookup_into(
     let store = part.store.lock();
     let Some(slot) = store.get(key) else { return Ok(()) };
     match keep {
-        None => out.extend_from_slice(&slot.data),
-        Some(keep) => codec::project_row_into(table, &slot.data, keep, out)?,
+        None => out.extend_from_slice(slot.data()),
+        Some(keep) => codec::project_row_into(table, slot.data(), keep, out)?,
     }
     Ok(())
 }
@@ -340,7 +340,7 @@ pub async fn write(node: Arc<Node>, mut op: Op) -> Result<Option<u64>, ShoalErro
     let (table_id, partition) = (op.table, op.partition);
 
     let _row_lock = part.lock_row(&key, node.timing.lock_wait).await?;
-    let current = part.store.lock().get(&key).map(|s| s.data.to_vec());
+    let current = part.store.lock().get(&key).map(|s| s.data().to_vec());
     let old_charge = current.as_ref().map_or(0, |d| RowSlot::charge(key.len(), d.len()));
     let is_update = op.kind == OpKind::Update;
     let data = new_image(table, op, current.as_deref())?;

@@ -127,7 +127,7 @@ async fn scan(node: &Node, spec: ScanSpec, tx: &mpsc::Sender<Batch>) -> Result<(
         {
             let store = cursor.0.store.lock();
             at = store.walk(start, SLOTS_PER_CHUNK, |slot| {
-                let row = match decode_row(&table, &slot.data) {
+                let row = match decode_row(&table, slot.data()) {
                     Ok(r) => r,
                     Err(e) => {
                         failure = Some(e);
@@ -187,7 +187,7 @@ async fn index_scan(
             };
             tree.walk(&range, after.as_deref(), SLOTS_PER_CHUNK as usize, |pk| {
                 let Some(slot) = store.get(pk) else { return true };
-                let row = match decode_row(table, &slot.data) {
+                let row = match decode_row(table, slot.data()) {
                     Ok(r) => r,
                     Err(e) => {
                         failure = Some(e);

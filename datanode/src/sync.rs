@@ -71,7 +71,7 @@ async fn copy_rows(
     while let Some(begin) = at {
         let mut chunk = Vec::with_capacity(COPY_CHUNK_ROWS);
         at = cursor.0.store.lock().walk(begin, COPY_CHUNK_ROWS as u32, |slot| {
-            chunk.push(Image { key: slot.key.to_vec(), data: Some(slot.data.to_vec()), seq: slot.seq });
+            chunk.push(Image { key: slot.key().to_vec(), data: Some(slot.data().to_vec()), seq: slot.seq });
             true
         });
         if tx.send(Ok(chunk)).await.is_err() {

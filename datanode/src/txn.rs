@@ -316,7 +316,7 @@ async fn execute_one(
     }
     let current = match pt.writes.get(&key) {
         Some(p) => p.data.clone(),
-        None => part.store.lock().get(&key).map(|s| s.data.to_vec()),
+        None => part.store.lock().get(&key).map(|s| s.data().to_vec()),
     };
     if op.kind == OpKind::Read {
         return Ok(Answer::Row(current));

@@ -135,10 +135,10 @@ impl Session {
         let name = &t.table.spec.name;
         let mut f = |row: Vec<Value>| -> SqlResult<bool> {
             if keep_stored {
-                let vals = row.iter().zip(&t.types).map(|(v, ty)| ty.load(v)).collect();
+                let vals = row.iter().zip(t.types.iter()).map(|(v, ty)| ty.load(v)).collect();
                 f(&row, vals)
             } else {
-                f(&[], row.into_iter().zip(&t.types).map(|(v, ty)| ty.load_owned(v)).collect())
+                f(&[], row.into_iter().zip(t.types.iter()).map(|(v, ty)| ty.load_owned(v)).collect())
             }
         };
         match access {
@@ -250,10 +250,8 @@ impl Session {
             };
             // A table the session may not use is left to the planner's lookup, which says 1142.
             if let Some((db, t)) = full.filter(|(db, _)| self.can_use_db(db)) {
-                if let Some(table) = self.client().map().table(&format!("{db}.{t}")) {
-                    let real = table.spec.name.split_once('.').map_or(t.clone(), |(_, n)| n.to_string());
-                    let real_db = table.spec.name.split_once('.').map_or(db.clone(), |(d, _)| d.to_string());
-                    catalog.insert(&db, &t, Entry::Table(TableRef::new(&real_db, &real, table.clone())));
+                if let Some(table) = self.table_ref(&db, &t) {
+                    catalog.insert(&db, &t, Entry::Table(table));
                 }
             }
         }
@@ -371,6 +369,8 @@ impl Session {
                 if let Some(ordered) = index_order(sp, &scan.table, &access) {
                     access = ordered;
                     run.presorted();
+                } else if plan::filter_implied(&scan.table, sp.filter.as_ref(), &access) {
+                    run.filtered();
                 }
                 let columns = crate::sql::select::needed_columns(sp, &scan.table);
                 self.for_each_val(&scan.table, &access, &columns, |row| run.feed(row)).await?;
@@ -605,8 +605,8 @@ impl Session {
                 let (Some(key), Some(old)) = (key, old) else {
                     continue; // deleted meanwhile: insert again
                 };
-                let mut vals: Vec<Val> = old.iter().take(width).zip(&t.types).map(|(v, ty)| ty.load(v)).collect();
-                vals.extend(row.iter().take(width).zip(&t.types).map(|(v, ty)| ty.load(v)));
+                let mut vals: Vec<Val> = old.iter().take(width).zip(t.types.iter()).map(|(v, ty)| ty.load(v)).collect();
+                vals.extend(row.iter().take(width).zip(t.types.iter()).map(|(v, ty)| ty.load(v)));
                 let (mut cols, mut values): (Vec<u32>, Vec<Value>) = (vec![], vec![]);
                 for (i, e) in &sets {
                     let v = e.eval(&vals, &[])?;

@@ -332,6 +332,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
+    /// Queues one packet whose payload `encode` appends in place (no payload buffer of its own:
+    /// a result set's rows go straight into the output).
+    fn packet_with(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.out.len();
+        self.out.extend_from_slice(&[0; 4]);
+        encode(&mut self.out);
+        let n = self.out.len() - start - 4;
+        if n < MAX_PAYLOAD {
+            self.out[start..start + 3].copy_from_slice(&(n as u32).to_le_bytes()[..3]);
+            self.out[start + 3] = self.seq;
+            self.seq = self.seq.wrapping_add(1);
+        } else {
+            let payload = self.out.split_off(start + 4);
+            self.out.truncate(start);
+            self.packet(&payload);
+        }
+    }
+
     async fn flush(&mut self) -> io::Result<()> {
         if !self.out.is_empty() {
             self.io.get_mut().write_all(&self.out).await?;
@@ -436,8 +454,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     self.eof(status);
                 }
                 for row in &rs.rows {
-                    let p = if binary { binary_row(row, &types) } else { text_row(row, &types) };
-                    self.packet(&p);
+                    self.packet_with(|p| match binary {
+                        true => binary_row(row, &types, p),
+                        false => text_row(row, &types, p),
+                    });
                     if self.out.len() > FLUSH_BYTES {
                         self.flush().await?;
                     }
@@ -525,20 +545,29 @@ fn final_type<'a>(declared: Option<WireType>, mut values: impl Iterator<Item = &
     }
 }
 
-fn text_row(row: &[Val], types: &[WireType]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(row.len() * 8);
+/// Appends a value's text form as a length-encoded string; strings and bytes go in as they are.
+fn put_text(p: &mut Vec<u8>, v: &Val) {
+    match v {
+        Val::Str(s) => put_lenenc_str(p, s.as_bytes()),
+        Val::Bytes(b) => put_lenenc_str(p, b),
+        _ => put_lenenc_str(p, &v.to_text().unwrap_or_default()),
+    }
+}
+
+/// Appends a text-protocol row's payload to `p`.
+fn text_row(row: &[Val], types: &[WireType], p: &mut Vec<u8>) {
     for (v, ty) in row.iter().zip(types) {
         match (v, ty) {
             (Val::Null, _) => p.push(0xFB),
-            (Val::Float(f), WireType::Float) => put_lenenc_str(&mut p, crate::val::format_float(*f).as_bytes()),
-            _ => put_lenenc_str(&mut p, &v.to_text().unwrap_or_default()),
+            (Val::Float(f), WireType::Float) => put_lenenc_str(p, crate::val::format_float(*f).as_bytes()),
+            _ => put_text(p, v),
         }
     }
-    p
 }
 
-fn binary_row(row: &[Val], types: &[WireType]) -> Vec<u8> {
-    let mut p = vec![0u8];
+/// Appends a binary-protocol row's payload to `p`.
+fn binary_row(row: &[Val], types: &[WireType], p: &mut Vec<u8>) {
+    p.push(0);
     let bitmap_at = p.len();
     p.resize(bitmap_at + (row.len() + 7 + 2) / 8, 0);
     for (i, (v, ty)) in row.iter().zip(types).enumerate() {
@@ -593,11 +622,10 @@ fn binary_row(row: &[Val], types: &[WireType]) -> Vec<u8> {
             }
             WireType::Null => {}
             WireType::Decimal { .. } | WireType::Str { .. } | WireType::Blob { .. } | WireType::Bytes { .. } => {
-                put_lenenc_str(&mut p, &v.to_text().unwrap_or_default());
+                put_text(p, v);
             }
         }
     }
-    p
 }
 
 /// Decodes the parameters of COM_STMT_EXECUTE.
@@ -1066,6 +1094,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn packets_encoded_in_place_match_copied_ones_also_when_split() {
+        for len in [0, 5, MAX_PAYLOAD - 1, MAX_PAYLOAD, MAX_PAYLOAD + 7] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let (a, _) = tokio::io::duplex(64);
+            let (b, _) = tokio::io::duplex(64);
+            let (mut copied, mut in_place) = (Conn::new(a, String::new()), Conn::new(b, String::new()));
+            copied.seq = 7;
+            in_place.seq = 7;
+            copied.packet(&payload);
+            in_place.packet_with(|p| p.extend_from_slice(&payload));
+            assert!(copied.out == in_place.out, "payload of {len} bytes");
+            assert_eq!(copied.seq, in_place.seq);
+        }
+    }
+
+    #[test]
     fn handshake_response_parses_and_bad_ones_fail() {
         let mut p = vec![];
         let caps = CLIENT_PROTOCOL_41 | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH | CLIENT_CONNECT_WITH_DB;
@@ -1112,9 +1156,11 @@ mod tests {
             WireType::Date,
         ];
         let row = [Val::Int(-2), Val::Null, Val::Str("2024-01-02".into())];
-        let t = text_row(&row, &types);
+        let mut t = vec![];
+        text_row(&row, &types, &mut t);
         assert_eq!(t, b"\x02-2\xfb\x0a2024-01-02".to_vec());
-        let b = binary_row(&row, &types);
+        let mut b = vec![];
+        binary_row(&row, &types, &mut b);
         assert_eq!(b[0], 0);
         assert_eq!(b[1], 0b0000_1000, "NULL bit of column 1 at offset 2");
         assert_eq!(&b[2..6], &(-2i32 as u32).to_le_bytes());

@@ -43,6 +43,16 @@ pub struct Shared {
     /// Held while the user table is reloaded, so concurrent logins wait for one load; holds
     /// when the last reload failed.
     pub(crate) users_refresh: tokio::sync::Mutex<Option<std::time::Instant>>,
+    /// Tables as SQL sees them, see `Session::table_ref`.
+    tables: parking_lot::Mutex<TableCache>,
+}
+
+/// The tables statements named, as SQL sees them, for the one cluster map they were made from
+/// (a new map empties it): at most one entry per table of that map.
+#[derive(Default)]
+struct TableCache {
+    map: Option<Arc<shoal_proto::ClusterState>>,
+    by_name: HashMap<String, TableRef>,
 }
 
 impl Shared {
@@ -53,6 +63,7 @@ impl Shared {
             next_connection: AtomicU32::new((node_id & 0xff) << 24 | 1),
             users: parking_lot::RwLock::new(None),
             users_refresh: tokio::sync::Mutex::new(None),
+            tables: parking_lot::Mutex::new(TableCache::default()),
         }
     }
 
@@ -294,20 +305,34 @@ impl Session {
         if is_internal_table(&name) {
             return Err(SqlError::no_such_table(&db, &name));
         }
-        let full = format!("{db}.{name}");
-        let found = self.client().map().table(&full).cloned();
-        let table = match found {
-            Some(t) => t,
-            None => {
-                // Another SQL node may have just created it.
-                let _ = self.client().refresh().await;
-                self.client().map().table(&full).cloned().ok_or_else(|| SqlError::no_such_table(&db, &name))?
-            }
-        };
-        // The catalog spelling, which may differ in case from the query's.
-        let real = table.spec.name.split_once('.').map_or(name.clone(), |(_, t)| t.to_string());
-        let real_db = table.spec.name.split_once('.').map_or(db, |(d, _)| d.to_string());
-        Ok(TableRef::new(&real_db, &real, table))
+        if let Some(t) = self.table_ref(&db, &name) {
+            return Ok(t);
+        }
+        // Another SQL node may have just created it.
+        let _ = self.client().refresh().await;
+        self.table_ref(&db, &name).ok_or_else(|| SqlError::no_such_table(&db, &name))
+    }
+
+    /// The table `db.name` of the current cluster map as SQL sees it, under its catalog
+    /// spelling (which may differ in case from the query's). Made once per table and map: a
+    /// statement clones it (reference counts) instead of copying the catalog entry and parsing
+    /// every column's type again.
+    pub fn table_ref(&self, db: &str, name: &str) -> Option<TableRef> {
+        let map = self.client().map();
+        let full = format!("{db}.{name}").to_ascii_lowercase();
+        let mut cache = self.shared.tables.lock();
+        if !cache.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, &map)) {
+            cache.by_name.clear();
+            cache.map = Some(map.clone());
+        }
+        if let Some(t) = cache.by_name.get(&full) {
+            return Some(t.clone());
+        }
+        let table = map.table(&full)?;
+        let (real_db, real) = table.spec.name.split_once('.').unwrap_or((db, name));
+        let t = TableRef::new(real_db, real, table.clone());
+        cache.by_name.insert(full, t.clone());
+        Some(t)
     }
 
     // ----- dispatch -----

@@ -5,6 +5,7 @@
 //! [`Planner`], which knows the catalog.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use shoal_proto::Table;
 use sqlparser::ast::{
@@ -28,14 +29,16 @@ pub struct TableRef {
     pub db: String,
     pub name: String,
     pub alias: Option<String>,
-    pub table: Table,
-    pub types: Vec<SqlType>,
+    /// Shared with the SQL node's table cache (see `session::TableCache`): cloning a
+    /// TableRef copies no catalog entry and parses no column type.
+    pub table: Arc<Table>,
+    pub types: Arc<[SqlType]>,
 }
 
 impl TableRef {
     pub fn new(db: &str, name: &str, table: Table) -> TableRef {
         let types = table.columns().iter().map(SqlType::of_column).collect();
-        TableRef { db: db.to_string(), name: name.to_string(), alias: None, table, types }
+        TableRef { db: db.to_string(), name: name.to_string(), alias: None, table: Arc::new(table), types }
     }
 
     /// Columns a user sees (the hidden key excluded).

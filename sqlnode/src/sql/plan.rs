@@ -143,6 +143,59 @@ pub fn key_only(t: &TableRef, filter: Option<&Expr>) -> Option<Vec<Value>> {
     }
 }
 
+/// Whether every row `access` yields satisfies all of `filter`, so that the SQL node need not
+/// evaluate it again: key reads made from every conjunct there is, on integer primary-key
+/// columns (`k = c` for each key column, `k IN (...)`, `k BETWEEN a AND b`, or one lower and
+/// one upper bound). A row found under such a key equals a constant the conjuncts accept.
+/// Anything else (more conjuncts, other types, whose collation or rounding a storage equality
+/// need not share) is evaluated again.
+pub fn filter_implied(t: &TableRef, filter: Option<&Expr>, access: &Access) -> bool {
+    let Some(filter) = filter else { return true };
+    let pk = &t.table.spec.primary_key;
+    let int_key = |e: &Expr| match e {
+        Expr::Col(c) => pk.contains(&(*c as u32)) && matches!(t.types[*c], crate::types::SqlType::Int { .. }),
+        _ => false,
+    };
+    let exact = |x: &Expr, e: &Expr| match (x, e) {
+        (Expr::Col(c), Expr::Lit(v)) => t.types[*c].exact_storage(v).is_some(),
+        _ => false,
+    };
+    let conj = filter.conjuncts();
+    if t.table.hidden_pk {
+        return false;
+    }
+    match access {
+        Access::Key(_) => {
+            let mut seen = vec![];
+            conj.len() == pk.len()
+                && conj.iter().all(|e| match column_vs_const(e) {
+                    Some((c, Cmp::Eq, v)) if int_key(&Expr::Col(c)) && !seen.contains(&c) => {
+                        seen.push(c);
+                        t.types[c].exact_storage(v).is_some()
+                    }
+                    _ => false,
+                })
+        }
+        Access::Keys(_) if pk.len() == 1 => match conj.as_slice() {
+            [Expr::InList(x, list, false)] => int_key(x) && list.iter().all(|i| matches!(i, Expr::Lit(_))),
+            [Expr::Between(x, lo, hi, false)] => int_key(x) && exact(x, lo) && exact(x, hi),
+            [a, b] => {
+                let side = |e: &Expr| match column_vs_const(e) {
+                    Some((c, op, v)) if int_key(&Expr::Col(c)) && t.types[c].exact_storage(v).is_some() => match op {
+                        Cmp::Gt | Cmp::Ge => Some(true),
+                        Cmp::Lt | Cmp::Le => Some(false),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                matches!((side(a), side(b)), (Some(x), Some(y)) if x != y)
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 pub fn choose(t: &TableRef, filter: Option<&Expr>) -> Access {
     let Some(filter) = filter else { return Access::Scan(vec![]) };
     let conj = filter.conjuncts();
@@ -504,6 +557,34 @@ mod tests {
         Box::new(Expr::Lit(v))
     }
 
+    /// The WHERE clause is skipped only where the keys read are exactly what it accepts.
+    #[test]
+    fn a_filter_is_implied_only_by_keys_made_from_all_of_it() {
+        let cmp = |op, c: usize, v: i64| Expr::Cmp(op, col(c), lit(Val::Int(v)));
+        let and = |x: Expr, y: Expr| Expr::And(Box::new(x), Box::new(y));
+        let between = |c: usize, a: Val, b: Val| Expr::Between(col(c), lit(a), lit(b), false);
+        let t = table(vec![0]);
+        let implied = |f: &Expr| filter_implied(&t, Some(f), &choose(&t, Some(f)));
+        assert!(implied(&cmp(Cmp::Eq, 0, 5)));
+        assert!(implied(&between(0, Val::Int(1), Val::Int(10))));
+        assert!(implied(&and(cmp(Cmp::Gt, 0, 1), cmp(Cmp::Le, 0, 10))));
+        assert!(implied(&Expr::InList(col(0), vec![Expr::Lit(Val::Int(1)), Expr::Lit(Val::Null)], false)));
+        // A second bound on the same side: the keys come from the first only.
+        assert!(!implied(&and(cmp(Cmp::Gt, 0, 1), cmp(Cmp::Gt, 0, 5))));
+        assert!(!implied(&and(and(cmp(Cmp::Gt, 0, 1), cmp(Cmp::Lt, 0, 9)), cmp(Cmp::Ne, 0, 4))));
+        // Another column, a negated range, a non-integer bound, a text key.
+        assert!(!implied(&and(cmp(Cmp::Eq, 0, 5), cmp(Cmp::Eq, 2, 1))));
+        assert!(!implied(&Expr::Between(col(0), lit(Val::Int(1)), lit(Val::Int(3)), true)));
+        assert!(!implied(&between(0, Val::Float(0.5), Val::Int(3))));
+        let t = table(vec![1]);
+        let f = Expr::Cmp(Cmp::Eq, col(1), lit(Val::Str("x".into())));
+        assert!(!filter_implied(&t, Some(&f), &choose(&t, Some(&f))));
+        // Scans always evaluate it.
+        let t = table(vec![0]);
+        let f = cmp(Cmp::Gt, 2, 1);
+        assert!(!filter_implied(&t, Some(&f), &choose(&t, Some(&f))));
+    }
+
     #[test]
     fn key_only_is_the_whole_key_and_nothing_else() {
         let eq = |c: usize, v: Val| Expr::Cmp(Cmp::Eq, col(c), lit(v));
@@ -537,7 +618,7 @@ mod tests {
             unique,
             prefix_lens: vec![],
         };
-        t.table.indexes = vec![ix("bc", vec![1, 2], true), ix("c_only", vec![2], false)];
+        std::sync::Arc::make_mut(&mut t.table).indexes = vec![ix("bc", vec![1, 2], true), ix("c_only", vec![2], false)];
         let b = Expr::Cmp(Cmp::Eq, col(1), lit(Val::Str("x".into())));
         let c = Expr::Cmp(Cmp::Eq, lit(Val::Int(3)), col(2));
         let both = Expr::And(Box::new(b.clone()), Box::new(c.clone()));
@@ -545,7 +626,7 @@ mod tests {
         assert_eq!(choose(&t, Some(&both)), Access::Unique("bc".into(), key));
         // Part of the unique key, or a non-unique index: no single row is named.
         assert!(!matches!(choose(&t, Some(&c)), Access::Unique(..)));
-        t.table.indexes[1].unique = true;
+        std::sync::Arc::make_mut(&mut t.table).indexes[1].unique = true;
         assert_eq!(choose(&t, Some(&c)), Access::Unique("c_only".into(), vec![Value::Int(3)]));
         // The primary key comes first.
         let pk = Expr::And(Box::new(Expr::Cmp(Cmp::Eq, col(0), lit(Val::Int(1)))), Box::new(c));
@@ -607,7 +688,7 @@ mod tests {
     #[test]
     fn equality_on_the_partition_key_scans_one_partition() {
         let mut t = table(vec![0, 2]);
-        t.table.spec.partition_key = vec![2];
+        std::sync::Arc::make_mut(&mut t.table).spec.partition_key = vec![2];
         let on_c = Expr::Cmp(Cmp::Eq, col(2), lit(Val::Int(7)));
         let want = shoal_proto::codec::partition_of_key(&t.table, &[Value::Null, Value::Int(7)]);
         match choose(&t, Some(&on_c)) {

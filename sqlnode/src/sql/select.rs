@@ -214,6 +214,8 @@ pub struct SelectRun<'p> {
     pending: crate::sql::window::Pending,
     /// The input arrives in ORDER BY order (an index walk): no sort, stop at LIMIT + OFFSET.
     presorted: bool,
+    /// Every input row satisfies the WHERE clause already (see `plan::filter_implied`).
+    filtered: bool,
 }
 
 /// Where a buffered row's sort key is (see `SelectRun::key_at`).
@@ -258,12 +260,18 @@ impl<'p> SelectRun<'p> {
             concat_values: 0,
             pending: vec![],
             presorted: false,
+            filtered: false,
         }
     }
 
     /// Says the rows will be fed in ORDER BY order (see `presorted`).
     pub fn presorted(&mut self) {
         self.presorted = true;
+    }
+
+    /// Says every row fed satisfies the WHERE clause (see `filtered`).
+    pub fn filtered(&mut self) {
+        self.filtered = true;
     }
 
     fn new_group(&self, rep: Vec<Val>) -> Group {
@@ -278,7 +286,7 @@ impl<'p> SelectRun<'p> {
     /// Takes one input row; false = enough rows, stop reading.
     pub fn feed(&mut self, mut row: Vec<Val>) -> SqlResult<bool> {
         let p = self.plan;
-        if let Some(f) = &p.filter {
+        if let Some(f) = p.filter.as_ref().filter(|_| !self.filtered) {
             if f.eval_in(&row, &[], self.outer)?.truth() != Some(true) {
                 return Ok(true);
             }
