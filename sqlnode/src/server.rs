@@ -363,23 +363,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     fn ok(&mut self, affected: u64, last_insert_id: u64, status: u16, info: &str, header: u8) {
-        let mut p = vec![header];
-        put_lenenc_int(&mut p, affected);
-        put_lenenc_int(&mut p, last_insert_id);
-        p.extend_from_slice(&status.to_le_bytes());
-        p.extend_from_slice(&0u16.to_le_bytes());
-        if !info.is_empty() {
-            // Length-encoded, as mysqld writes it (and as libmariadb reads it).
-            put_lenenc_str(&mut p, info.as_bytes());
-        }
-        self.packet(&p);
+        self.packet_with(|p| {
+            p.push(header);
+            put_lenenc_int(p, affected);
+            put_lenenc_int(p, last_insert_id);
+            p.extend_from_slice(&status.to_le_bytes());
+            p.extend_from_slice(&0u16.to_le_bytes());
+            if !info.is_empty() {
+                // Length-encoded, as mysqld writes it (and as libmariadb reads it).
+                put_lenenc_str(p, info.as_bytes());
+            }
+        });
     }
 
     fn eof(&mut self, status: u16) {
-        let mut p = vec![0xFE];
-        p.extend_from_slice(&0u16.to_le_bytes());
-        p.extend_from_slice(&status.to_le_bytes());
-        self.packet(&p);
+        self.packet_with(|p| {
+            p.push(0xFE);
+            p.extend_from_slice(&0u16.to_le_bytes());
+            p.extend_from_slice(&status.to_le_bytes());
+        });
     }
 
     /// The end of a result set: EOF, or OK with the EOF header under CLIENT_DEPRECATE_EOF.
@@ -414,21 +416,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         if m.auto_increment {
             flags |= AUTO_INCREMENT_FLAG;
         }
-        let mut p = vec![];
-        put_lenenc_str(&mut p, b"def");
-        put_lenenc_str(&mut p, m.db.as_bytes());
-        put_lenenc_str(&mut p, m.table.as_bytes());
-        put_lenenc_str(&mut p, m.org_table.as_bytes());
-        put_lenenc_str(&mut p, m.name.as_bytes());
-        put_lenenc_str(&mut p, m.org_name.as_bytes());
-        put_lenenc_int(&mut p, 0x0c);
-        p.extend_from_slice(&charset.to_le_bytes());
-        p.extend_from_slice(&len.to_le_bytes());
-        p.push(code);
-        p.extend_from_slice(&flags.to_le_bytes());
-        p.push(decimals);
-        p.extend_from_slice(&[0, 0]);
-        self.packet(&p);
+        self.packet_with(|p| {
+            put_lenenc_str(p, b"def");
+            put_lenenc_str(p, m.db.as_bytes());
+            put_lenenc_str(p, m.table.as_bytes());
+            put_lenenc_str(p, m.org_table.as_bytes());
+            put_lenenc_str(p, m.name.as_bytes());
+            put_lenenc_str(p, m.org_name.as_bytes());
+            put_lenenc_int(p, 0x0c);
+            p.extend_from_slice(&charset.to_le_bytes());
+            p.extend_from_slice(&len.to_le_bytes());
+            p.push(code);
+            p.extend_from_slice(&flags.to_le_bytes());
+            p.push(decimals);
+            p.extend_from_slice(&[0, 0]);
+        });
     }
 
     /// Sends an outcome: a result set (text or binary rows) or OK.
@@ -444,9 +446,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     .enumerate()
                     .map(|(i, m)| final_type(m.ty, rs.rows.iter().map(|r| &r[i])))
                     .collect();
-                let mut p = vec![];
-                put_lenenc_int(&mut p, rs.columns.len() as u64);
-                self.packet(&p);
+                self.packet_with(|p| put_lenenc_int(p, rs.columns.len() as u64));
                 for (m, &ty) in rs.columns.iter().zip(&types) {
                     self.column_def(m, ty);
                 }
