@@ -103,7 +103,7 @@ impl Session {
     pub async fn for_each_row(
         &self,
         t: &TableRef,
-        access: &Access,
+        access: Access,
         f: impl FnMut(&[Value], Vec<Val>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
         self.rows_of(t, access, true, &[], f).await
@@ -114,7 +114,7 @@ impl Session {
     pub async fn for_each_val(
         &self,
         t: &TableRef,
-        access: &Access,
+        access: Access,
         columns: &[u32],
         mut f: impl FnMut(Vec<Val>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
@@ -127,7 +127,7 @@ impl Session {
     async fn rows_of(
         &self,
         t: &TableRef,
-        access: &Access,
+        access: Access,
         keep_stored: bool,
         columns: &[u32],
         mut f: impl FnMut(&[Value], Vec<Val>) -> SqlResult<bool>,
@@ -141,8 +141,22 @@ impl Session {
                 f(&[], row.into_iter().zip(t.types.iter()).map(|(v, ty)| ty.load_owned(v)).collect())
             }
         };
-        match access {
-            Access::Nothing => {}
+        // Key reads take their keys (a short range's hundred keys are not copied).
+        let access = match access {
+            Access::Keys(keys) => {
+                let rows = self.kv_batch_get(name, keys, columns).await.map_err(|e| cluster_err(&e, t))?;
+                for row in rows.into_iter().flatten() {
+                    if !f(row)? {
+                        break;
+                    }
+                }
+                return Ok(());
+            }
+            other => other,
+        };
+        match &access {
+            // Keys: read above.
+            Access::Nothing | Access::Keys(_) => {}
             Access::Key(k) => {
                 let mut rows =
                     self.kv_batch_get(name, vec![k.clone()], columns).await.map_err(|e| cluster_err(&e, t))?;
@@ -163,14 +177,6 @@ impl Session {
                     }
                 }
             }
-            Access::Keys(keys) => {
-                let rows = self.kv_batch_get(name, keys.clone(), columns).await.map_err(|e| cluster_err(&e, t))?;
-                for row in rows.into_iter().flatten() {
-                    if !f(row)? {
-                        break;
-                    }
-                }
-            }
             Access::Scan(_) | Access::Partition(..) | Access::Range(..)
                 if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await =>
             {
@@ -178,7 +184,7 @@ impl Session {
                 // lock through the transaction (the WHERE clause is evaluated on those).
                 let key_cols: Vec<usize> = t.table.spec.primary_key.iter().map(|&c| c as usize).collect();
                 let mut keys = vec![];
-                let mut stream = self.scan_stream(name, access);
+                let mut stream = self.scan_stream(name, &access);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
                     keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
@@ -193,7 +199,7 @@ impl Session {
                 }
             }
             Access::Scan(_) | Access::Partition(..) | Access::Range(..) => {
-                let mut stream = self.scan_stream(name, access);
+                let mut stream = self.scan_stream(name, &access);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
                     if !f(row)? {
@@ -341,7 +347,7 @@ impl Session {
         let width = t.visible();
         let mut rows = vec![];
         let mut over = false;
-        self.for_each_val(t, &access, &[], |mut row| {
+        self.for_each_val(t, access, &[], |mut row| {
             if held.fetch_add(1, Ordering::Relaxed) >= MAX_BUFFERED_ROWS {
                 over = true;
                 return Ok(false);
@@ -373,7 +379,7 @@ impl Session {
                     run.filtered();
                 }
                 let columns = crate::sql::select::needed_columns(sp, &scan.table);
-                self.for_each_val(&scan.table, &access, &columns, |row| run.feed(row)).await?;
+                self.for_each_val(&scan.table, access, &columns, |row| run.feed(row)).await?;
                 return run.finish();
             }
         }
@@ -1003,7 +1009,7 @@ impl Session {
             _ => {
                 let access = plan::choose(&t, filter.as_ref());
                 let mut seen = 0u64;
-                self.for_each_row(&t, &access, |stored, row| {
+                self.for_each_row(&t, access, |stored, row| {
                     if limit.is_some_and(|l| seen >= l) {
                         return Ok(false);
                     }
@@ -1121,7 +1127,7 @@ impl Session {
         let access = plan::choose(t, filter);
         let mut found: Vec<(Vec<Val>, Vec<Value>, Vec<Val>)> = vec![];
         let mut overflow = false;
-        self.for_each_row(t, &access, |stored, row| {
+        self.for_each_row(t, access, |stored, row| {
             if let Some(f) = filter {
                 if f.eval(&row, &[])?.truth() != Some(true) {
                     return Ok(true);
@@ -1158,7 +1164,7 @@ impl Session {
         let access = plan::choose(t, filter);
         let mut keys: Vec<Vec<Value>> = vec![];
         let mut overflow = false;
-        self.for_each_row(t, &access, |stored, row| {
+        self.for_each_row(t, access, |stored, row| {
             if limit.is_some_and(|l| keys.len() as u64 >= l) {
                 return Ok(false);
             }

@@ -20,8 +20,8 @@ use sqlparser::tokenizer::Location;
 
 use crate::error::{code, SqlError, SqlResult};
 
-/// How often a write that raced with an ALTER TABLE is run again.
-const DDL_RACE_ATTEMPTS: u32 = 20;
+/// How often a write outside a transaction that failed whole (see `implicit_retry`) is run again.
+const IMPLICIT_RETRIES: u32 = 20;
 use crate::sql::bind::{system_variable, Binder, Env, Params, TableRef, SHOWN_VARIABLES};
 use crate::sql::parse::{self, Admin};
 use crate::types::{SqlType, WireType};
@@ -399,13 +399,14 @@ impl Session {
     async fn statement(&mut self, stmt: &Statement, sql: &str) -> SqlResult<Outcome> {
         match stmt {
             Statement::Query(q) => self.select(q, sql).await,
-            // A write that raced with an ALTER TABLE (1412) failed whole; outside a transaction
-            // it is planned and run again against the new table.
+            // A write that failed whole outside a transaction — it raced with an ALTER TABLE
+            // (1412), or the cluster rolled its own transaction back (1213: a partition moved
+            // under it, a deadlock) — is planned and run again.
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
                 let mut attempt = 0;
                 loop {
                     let out = self.write_once(stmt, sql).await;
-                    if !self.ddl_race_retry(&mut attempt, &out).await {
+                    if !self.implicit_retry(&mut attempt, &out).await {
                         self.note_write();
                         break out;
                     }
@@ -524,13 +525,16 @@ impl Session {
         }
     }
 
-    /// Whether to run a write again after it raced with an ALTER TABLE: it failed with 1412,
-    /// no transaction is open (one would have lost its work), and it has not tried too often.
-    async fn ddl_race_retry(&self, attempt: &mut u32, out: &SqlResult<Outcome>) -> bool {
-        if *attempt >= DDL_RACE_ATTEMPTS || !matches!(out, Err(e) if e.code == code::TABLE_DEF_CHANGED) {
+    /// Whether to run a write again: it failed whole, with 1412 (it raced with an ALTER TABLE)
+    /// or 1213 (the cluster rolled back the statement's own transaction, so nothing of it took
+    /// effect); it ran outside any transaction of the user's (one would have lost its work);
+    /// and it has not tried too often.
+    async fn implicit_retry(&self, attempt: &mut u32, out: &SqlResult<Outcome>) -> bool {
+        let again = |e: &SqlError| e.code == code::TABLE_DEF_CHANGED || e.code == code::LOCK_DEADLOCK;
+        if *attempt >= IMPLICIT_RETRIES || !matches!(out, Err(e) if again(e)) {
             return false;
         }
-        if self.txn.lock().await.is_some() {
+        if self.in_transaction || !self.autocommit || self.txn.lock().await.is_some() {
             return false;
         }
         *attempt += 1;
