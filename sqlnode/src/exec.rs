@@ -141,50 +141,31 @@ impl Session {
                 f(&[], row.into_iter().zip(t.types.iter()).map(|(v, ty)| ty.load_owned(v)).collect())
             }
         };
-        // Key reads take their keys (a short range's hundred keys are not copied).
-        let access = match access {
-            Access::Keys(keys) => {
-                let rows = self.kv_batch_get(name, keys, columns).await.map_err(|e| cluster_err(&e, t))?;
-                for row in rows.into_iter().flatten() {
-                    if !f(row)? {
-                        break;
-                    }
-                }
-                return Ok(());
-            }
-            other => other,
-        };
-        match &access {
-            // Keys: read above.
-            Access::Nothing | Access::Keys(_) => {}
-            Access::Key(k) => {
-                let mut rows =
-                    self.kv_batch_get(name, vec![k.clone()], columns).await.map_err(|e| cluster_err(&e, t))?;
-                if let Some(row) = rows.pop().flatten() {
-                    f(row)?;
-                }
-            }
+        let keys = match access {
+            Access::Nothing => return Ok(()),
+            // Key reads take their keys (a short range's hundred keys are not copied).
+            Access::Key(k) => vec![k],
+            Access::Keys(keys) => keys,
             Access::Unique(ix, key) => {
                 // The entry names the row; the caller checks the row against the WHERE clause
                 // again, so a row that changed in between is not taken for a match.
-                let Some(ix) = t.table.indexes.iter().find(|i| &i.name == ix) else { return Ok(()) };
+                let Some(ix) = t.table.indexes.iter().find(|i| i.name == ix) else { return Ok(()) };
                 let hidden = t.table.unique_table_name(ix);
-                let entry = self.kv_get(&hidden, key.clone()).await.map_err(|e| cluster_err(&e, t))?;
+                let entry = self.kv_get(&hidden, key).await.map_err(|e| cluster_err(&e, t))?;
                 if let Some(entry) = entry {
                     let pk = entry[ix.columns.len()..].to_vec();
                     if let Some(row) = self.kv_get(name, pk).await.map_err(|e| cluster_err(&e, t))? {
                         f(row)?;
                     }
                 }
+                return Ok(());
             }
-            Access::Scan(_) | Access::Partition(..) | Access::Range(..)
-                if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await =>
-            {
+            scan if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await => {
                 // A locking read over a scan: find the rows, then read each again under its
                 // lock through the transaction (the WHERE clause is evaluated on those).
                 let key_cols: Vec<usize> = t.table.spec.primary_key.iter().map(|&c| c as usize).collect();
                 let mut keys = vec![];
-                let mut stream = self.scan_stream(name, &access);
+                let mut stream = self.scan_stream(name, &scan);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
                     keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
@@ -197,15 +178,23 @@ impl Session {
                         }
                     }
                 }
+                return Ok(());
             }
-            Access::Scan(_) | Access::Partition(..) | Access::Range(..) => {
-                let mut stream = self.scan_stream(name, &access);
+            scan => {
+                let mut stream = self.scan_stream(name, &scan);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
                     if !f(row)? {
                         break;
                     }
                 }
+                return Ok(());
+            }
+        };
+        let rows = self.kv_batch_get(name, keys, columns).await.map_err(|e| cluster_err(&e, t))?;
+        for row in rows.into_iter().flatten() {
+            if !f(row)? {
+                break;
             }
         }
         Ok(())

@@ -19,9 +19,6 @@ use sqlparser::ast::{self, ColumnOption, Statement, TableConstraint};
 use sqlparser::tokenizer::Location;
 
 use crate::error::{code, SqlError, SqlResult};
-
-/// How often a write outside a transaction that failed whole (see `implicit_retry`) is run again.
-const IMPLICIT_RETRIES: u32 = 20;
 use crate::sql::bind::{system_variable, Binder, Env, Params, TableRef, SHOWN_VARIABLES};
 use crate::sql::parse::{self, Admin};
 use crate::types::{SqlType, WireType};
@@ -31,6 +28,8 @@ use crate::val::{like, Val};
 pub const VERSION: &str = "8.0.36-shoal";
 /// Prefix of the catalog marker tables that record databases.
 pub const DB_MARKER_PREFIX: &str = "$db.";
+/// How often a write outside a transaction that failed whole (see `implicit_retry`) is run again.
+const IMPLICIT_RETRIES: u32 = 20;
 
 /// State shared by every session of one SQL node.
 pub struct Shared {
@@ -319,7 +318,8 @@ impl Session {
     /// every column's type again.
     pub fn table_ref(&self, db: &str, name: &str) -> Option<TableRef> {
         let map = self.client().map();
-        let full = format!("{db}.{name}").to_ascii_lowercase();
+        let mut full = format!("{db}.{name}");
+        full.make_ascii_lowercase();
         let mut cache = self.shared.tables.lock();
         if !cache.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, &map)) {
             cache.by_name.clear();

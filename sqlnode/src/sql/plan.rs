@@ -152,46 +152,28 @@ pub fn key_only(t: &TableRef, filter: Option<&Expr>) -> Option<Vec<Value>> {
 pub fn filter_implied(t: &TableRef, filter: Option<&Expr>, access: &Access) -> bool {
     let Some(filter) = filter else { return true };
     let pk = &t.table.spec.primary_key;
-    let int_key = |e: &Expr| match e {
-        Expr::Col(c) => pk.contains(&(*c as u32)) && matches!(t.types[*c], crate::types::SqlType::Int { .. }),
-        _ => false,
-    };
-    let exact = |x: &Expr, e: &Expr| match (x, e) {
-        (Expr::Col(c), Expr::Lit(v)) => t.types[*c].exact_storage(v).is_some(),
-        _ => false,
-    };
-    let conj = filter.conjuncts();
-    if t.table.hidden_pk {
+    if t.table.hidden_pk || !pk.iter().all(|&c| matches!(t.types[c as usize], crate::types::SqlType::Int { .. })) {
         return false;
     }
-    match access {
-        Access::Key(_) => {
-            let mut seen = vec![];
-            conj.len() == pk.len()
-                && conj.iter().all(|e| match column_vs_const(e) {
-                    Some((c, Cmp::Eq, v)) if int_key(&Expr::Col(c)) && !seen.contains(&c) => {
-                        seen.push(c);
-                        t.types[c].exact_storage(v).is_some()
-                    }
-                    _ => false,
-                })
+    // A key column compared with a constant that converts exactly to its storage.
+    let exact = |c: usize, v: &Val| pk.contains(&(c as u32)) && t.types[c].exact_storage(v).is_some();
+    let on_key = |e: &Expr| column_vs_const(e).filter(|&(c, _, v)| exact(c, v)).map(|(_, op, _)| op);
+    let lit_on_key = |x: &Expr, e: &Expr| matches!((x, e), (Expr::Col(c), Expr::Lit(v)) if exact(*c, v));
+    let conj = filter.conjuncts();
+    match (access, conj.as_slice()) {
+        // As many equalities as key columns: `choose` made the key of exactly them.
+        (Access::Key(_), _) => conj.len() == pk.len() && conj.iter().all(|e| on_key(e) == Some(Cmp::Eq)),
+        (Access::Keys(_), [Expr::InList(x, list, false)]) => {
+            matches!(x.as_ref(), Expr::Col(c) if pk.contains(&(*c as u32)))
+                && list.iter().all(|i| matches!(i, Expr::Lit(_)))
         }
-        Access::Keys(_) if pk.len() == 1 => match conj.as_slice() {
-            [Expr::InList(x, list, false)] => int_key(x) && list.iter().all(|i| matches!(i, Expr::Lit(_))),
-            [Expr::Between(x, lo, hi, false)] => int_key(x) && exact(x, lo) && exact(x, hi),
-            [a, b] => {
-                let side = |e: &Expr| match column_vs_const(e) {
-                    Some((c, op, v)) if int_key(&Expr::Col(c)) && t.types[c].exact_storage(v).is_some() => match op {
-                        Cmp::Gt | Cmp::Ge => Some(true),
-                        Cmp::Lt | Cmp::Le => Some(false),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                matches!((side(a), side(b)), (Some(x), Some(y)) if x != y)
-            }
-            _ => false,
-        },
+        (Access::Keys(_), [Expr::Between(x, lo, hi, false)]) => lit_on_key(x, lo) && lit_on_key(x, hi),
+        (Access::Keys(_), [a, b]) => {
+            let lower = |op| matches!(op, Some(Cmp::Gt | Cmp::Ge));
+            let upper = |op| matches!(op, Some(Cmp::Lt | Cmp::Le));
+            let (a, b) = (on_key(a), on_key(b));
+            (lower(a) && upper(b)) || (upper(a) && lower(b))
+        }
         _ => false,
     }
 }
