@@ -7,8 +7,13 @@
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 
-/// An exact decimal: `mantissa / 10^scale`.
+/// An exact decimal: `mantissa / 10^scale`. Packed to 8-byte alignment (an `i128` alone would
+/// align it, and so [`Val`], to 16 and make a `Val` half again as big as a storage value): with
+/// `Val` and `shoal_proto::Value` the same size, a row read from storage becomes SQL values in
+/// its own allocation (`Vec::into_iter().map().collect()` reuses it), which a SELECT does for
+/// every row it reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed(8))]
 pub struct Dec {
     pub m: i128,
     pub s: u8,
@@ -314,7 +319,10 @@ pub fn compare(a: &Val, b: &Val) -> Option<Ordering> {
             let (x, y) = (a.to_dec()?, b.to_dec()?);
             let s = x.s.max(y.s);
             match (x.rescale(s), y.rescale(s)) {
-                (Some(x), Some(y)) => x.m.cmp(&y.m),
+                (Some(x), Some(y)) => {
+                    let (a, b) = (x.m, y.m);
+                    a.cmp(&b)
+                }
                 _ => x.to_f64().partial_cmp(&y.to_f64()).unwrap_or(Ordering::Equal),
             }
         }
@@ -584,5 +592,15 @@ mod tests {
         assert_eq!(key(&Val::Int(1)), key(&d("1.00")));
         assert_ne!(key(&Val::Int(1)), key(&Val::Str("1".into())));
         assert_ne!(key(&Val::Null), key(&Val::Int(0)));
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    #[test]
+    fn a_sql_value_takes_a_storage_values_place() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(size_of::<super::Val>(), size_of::<shoal_proto::Value>());
+        assert_eq!(align_of::<super::Val>(), align_of::<shoal_proto::Value>());
     }
 }
