@@ -328,6 +328,7 @@ impl TryFrom<pb::ClusterState> for ClusterState {
                 .map(|r| crate::types::RolledBack { node_group: r.node_group, after: r.after, through: r.through })
                 .collect(),
             users_version: s.users_version,
+            table_index: Default::default(),
         })
     }
 }

@@ -544,6 +544,93 @@ pub struct ClusterState {
     /// Advances without changing `epoch`: users are no part of the data path.
     #[serde(default)]
     pub users_version: u64,
+    /// Where each table is in `tables`, built on the first lookup (see [`TableIndex`]).
+    #[serde(skip)]
+    pub table_index: TableIndex,
+}
+
+/// Positions of a map's tables by name and by id, so that finding a table (every key read of
+/// every client does) does not scan the catalog: a feature store has hundreds of tables.
+/// Built from `tables` on the first lookup. A copy starts empty (it may be changed, as mgmd
+/// changes its own), and a lookup checks the table at the position it finds and scans when
+/// that is not the one asked for or the name is not indexed: a stale index costs a scan,
+/// never a wrong table.
+#[derive(Default)]
+pub struct TableIndex(std::sync::OnceLock<TablePositions>);
+
+struct TablePositions {
+    /// By a case-insensitive hash of the name (names compare case-insensitively); of two names
+    /// with one hash the first is kept, the other found by scanning.
+    by_name: std::collections::HashMap<u64, usize, Spread>,
+    by_id: std::collections::HashMap<TableId, usize, Spread>,
+}
+
+/// Hashes an integer key with one multiplication: the keys are a name's hash already, or
+/// table ids, and SipHash would cost a lookup more than the scan of a small catalog it saves.
+#[derive(Clone, Copy, Default)]
+struct Spread(u64);
+
+impl std::hash::BuildHasher for Spread {
+    type Hasher = Spread;
+    fn build_hasher(&self) -> Spread {
+        Spread(0)
+    }
+}
+
+impl std::hash::Hasher for Spread {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) ^ u64::from(b);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+impl TableIndex {
+    fn positions(&self, tables: &[Table]) -> &TablePositions {
+        self.0.get_or_init(|| {
+            let mut by_name = std::collections::HashMap::with_capacity_and_hasher(tables.len(), Spread(0));
+            let mut by_id = std::collections::HashMap::with_capacity_and_hasher(tables.len(), Spread(0));
+            for (i, t) in tables.iter().enumerate() {
+                by_name.entry(caseless_hash(&t.spec.name)).or_insert(i);
+                by_id.entry(t.id).or_insert(i);
+            }
+            TablePositions { by_name, by_id }
+        })
+    }
+}
+
+/// FNV-1a over the ASCII-lowercased bytes: no allocation per lookup.
+fn caseless_hash(name: &str) -> u64 {
+    name.bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b.to_ascii_lowercase())).wrapping_mul(0x100_0000_01b3))
+}
+
+impl Clone for TableIndex {
+    fn clone(&self) -> TableIndex {
+        TableIndex::default()
+    }
+}
+
+/// Derived data: two maps with the same tables are equal whatever their indexes hold.
+impl PartialEq for TableIndex {
+    fn eq(&self, _: &TableIndex) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for TableIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TableIndex")
+    }
 }
 
 /// Commits of `node_group` stamped with a GCI in (after, through] were rolled back by a
@@ -573,11 +660,19 @@ impl ClusterState {
     }
 
     pub fn table(&self, name: &str) -> Option<&Table> {
-        self.tables.iter().find(|t| t.spec.name.eq_ignore_ascii_case(name))
+        let at = self.table_index.positions(&self.tables).by_name.get(&caseless_hash(name));
+        match at.and_then(|&i| self.tables.get(i)) {
+            Some(t) if t.spec.name.eq_ignore_ascii_case(name) => Some(t),
+            _ => self.tables.iter().find(|t| t.spec.name.eq_ignore_ascii_case(name)),
+        }
     }
 
     pub fn table_by_id(&self, id: TableId) -> Option<&Table> {
-        self.tables.iter().find(|t| t.id == id)
+        let at = self.table_index.positions(&self.tables).by_id.get(&id);
+        match at.and_then(|&i| self.tables.get(i)) {
+            Some(t) if t.id == id => Some(t),
+            _ => self.tables.iter().find(|t| t.id == id),
+        }
     }
 
     pub fn partition(&self, p: PartitionId) -> Option<&PartitionAssignment> {
@@ -604,5 +699,43 @@ mod tests {
         assert_eq!(apply(&d, Value::Text("x".into())).unwrap_err().code, ErrorCode::TypeMismatch);
         let far = Delta { column: 5, ..d };
         assert_eq!(apply(&far, Value::Int(5)).unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn tables_are_found_by_name_and_id_also_after_the_list_changed_under_the_index() {
+        let table = |id: TableId, name: &str| {
+            let spec = TableSpec {
+                name: name.into(),
+                columns: vec![Column::new("id", ColumnType::Int)],
+                primary_key: vec![0],
+                partition_key: vec![],
+            };
+            Table {
+                id,
+                spec,
+                partition_count: 2,
+                schema_version: 1,
+                hidden_pk: false,
+                indexes: vec![],
+                read_only: false,
+            }
+        };
+        let mut map =
+            ClusterState { tables: (1..=50).map(|i| table(i, &format!("db.T{i}"))).collect(), ..Default::default() };
+        assert_eq!(map.table("DB.t7").map(|t| t.id), Some(7));
+        assert_eq!(map.table_by_id(42).map(|t| t.spec.name.as_str()), Some("db.T42"));
+        assert!(map.table("db.t51").is_none() && map.table_by_id(51).is_none());
+        // Changed in place after the index was built (as mgmd changes its own map): removed,
+        // added and moved tables are still found right, missing ones still missing.
+        map.tables.remove(0);
+        map.tables.push(table(51, "db.t51"));
+        assert_eq!(map.table("db.t7").map(|t| t.id), Some(7));
+        assert_eq!(map.table_by_id(42).map(|t| t.id), Some(42));
+        assert_eq!(map.table("db.T51").map(|t| t.id), Some(51));
+        assert!(map.table("db.t1").is_none() && map.table_by_id(1).is_none());
+        // A copy indexes afresh and compares equal.
+        let copy = map.clone();
+        assert_eq!(copy, map);
+        assert_eq!(copy.table("db.t2").map(|t| t.id), Some(2));
     }
 }
