@@ -117,6 +117,16 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
+    /// Calls 0..n, each from a task of its own, spawned before any of them runs.
+    fn spawn_calls(b: &Arc<Batcher<u32, u32>>, n: u32) -> Vec<tokio::task::JoinHandle<(u32, Option<u32>)>> {
+        (0..n)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move { (i, b.call(i).await) })
+            })
+            .collect()
+    }
+
     #[tokio::test] // a single-threaded runtime
     async fn calls_made_in_one_turn_go_out_together_even_the_first() {
         let sizes = Arc::new(std::sync::Mutex::new(vec![]));
@@ -132,13 +142,7 @@ mod tests {
         ));
         // Ten tasks, all ready before any of them runs: the batching task, woken by the first
         // call, runs after the other nine made theirs.
-        let calls: Vec<_> = (0..10u32)
-            .map(|i| {
-                let b = b.clone();
-                tokio::spawn(async move { (i, b.call(i).await) })
-            })
-            .collect();
-        for c in calls {
+        for c in spawn_calls(&b, 10) {
             let (i, out) = c.await.unwrap();
             assert_eq!(out, Some(i));
         }
@@ -163,13 +167,7 @@ mod tests {
                 }
             },
         ));
-        let calls: Vec<_> = (0..100u32)
-            .map(|i| {
-                let b = b.clone();
-                tokio::spawn(async move { (i, b.call(i).await) })
-            })
-            .collect();
-        for c in calls {
+        for c in spawn_calls(&b, 100) {
             let (i, out) = c.await.unwrap();
             assert_eq!(out, Some(i * 2));
         }

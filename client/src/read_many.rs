@@ -100,14 +100,8 @@ impl Client {
             let encoded = codec::encode_key_ref(t, key);
             let partition = encoded.as_ref().map_err(Clone::clone).and_then(|k| codec::partition_of_encoded_key(t, k));
             match (encoded, partition) {
-                (Ok(mut k), Ok(p)) => match route(&map, p, true, read_backup, None, spread) {
-                    Some(node) => {
-                        // Exactly sized, the vector becomes the Bytes' own buffer; with spare
-                        // room Bytes allocates a shared header besides (a range's hundred keys,
-                        // a hundred more allocations). The allocator shrinks in place.
-                        k.shrink_to_fit();
-                        routed.push((i, Bytes::from(k), p, node))
-                    }
+                (Ok(k), Ok(p)) => match route(&map, p, true, read_backup, None, spread) {
+                    Some(node) => routed.push((i, Bytes::from(k), p, node)),
                     None => slow.push(i),
                 },
                 (Err(e), _) | (_, Err(e)) => out[i] = Some(Err(e)),

@@ -186,6 +186,10 @@ pub fn encode_key_ref(table: &Table, key: &[Value]) -> Result<Vec<u8>, ShoalErro
         }
     }
     check_key_len(out.len())?;
+    // Exactly sized, the vector becomes a `Bytes`' own buffer when a read sends it; with spare
+    // room `Bytes::from` allocates a shared header besides (a 100-key range: 100 more
+    // allocations). The allocator shrinks in place.
+    out.shrink_to_fit();
     Ok(out)
 }
 

@@ -660,18 +660,21 @@ impl ClusterState {
     }
 
     pub fn table(&self, name: &str) -> Option<&Table> {
-        let at = self.table_index.positions(&self.tables).by_name.get(&caseless_hash(name));
-        match at.and_then(|&i| self.tables.get(i)) {
-            Some(t) if t.spec.name.eq_ignore_ascii_case(name) => Some(t),
-            _ => self.tables.iter().find(|t| t.spec.name.eq_ignore_ascii_case(name)),
-        }
+        let at = self.table_index.positions(&self.tables).by_name.get(&caseless_hash(name)).copied();
+        self.table_where(at, |t| t.spec.name.eq_ignore_ascii_case(name))
     }
 
     pub fn table_by_id(&self, id: TableId) -> Option<&Table> {
-        let at = self.table_index.positions(&self.tables).by_id.get(&id);
-        match at.and_then(|&i| self.tables.get(i)) {
-            Some(t) if t.id == id => Some(t),
-            _ => self.tables.iter().find(|t| t.id == id),
+        let at = self.table_index.positions(&self.tables).by_id.get(&id).copied();
+        self.table_where(at, |t| t.id == id)
+    }
+
+    /// The table at the indexed position `at` if it is the one wanted, else the first wanted
+    /// one (a stale index costs a scan, never a wrong table).
+    fn table_where(&self, at: Option<usize>, wanted: impl Fn(&Table) -> bool) -> Option<&Table> {
+        match at.and_then(|i| self.tables.get(i)) {
+            Some(t) if wanted(t) => Some(t),
+            _ => self.tables.iter().find(|t| wanted(t)),
         }
     }
 

@@ -319,10 +319,7 @@ pub fn compare(a: &Val, b: &Val) -> Option<Ordering> {
             let (x, y) = (a.to_dec()?, b.to_dec()?);
             let s = x.s.max(y.s);
             match (x.rescale(s), y.rescale(s)) {
-                (Some(x), Some(y)) => {
-                    let (a, b) = (x.m, y.m);
-                    a.cmp(&b)
-                }
+                (Some(x), Some(y)) => { x.m }.cmp(&{ y.m }), // copies: `Dec` is packed
                 _ => x.to_f64().partial_cmp(&y.to_f64()).unwrap_or(Ordering::Equal),
             }
         }
