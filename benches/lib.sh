@@ -60,3 +60,34 @@ start_shoal() {
 
 # shoal_mysql_port DIR: the MySQL port of the first SQL node of the cluster start_shoal ran in DIR.
 shoal_mysql_port() { sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$1.log" | head -1; }
+
+# sysbench_steady WARM SECS WORKLOAD [sysbench option ...] runs WORKLOAD for WARM + SECS seconds
+# with a report every second and prints "<rate> <p99 ms> <whole-run rate>": the events per
+# second (queries for oltp_point_select, transactions otherwise) and the median of the
+# per-second 99th percentiles over the last SECS seconds, then the rate over the whole run.
+# Why the warm-up: every sysbench thread runs its own LuaJIT state, which interprets the
+# workload script until its loops are hot. At 1024 threads each thread runs only a dozen or so
+# events a second, so sysbench spends the first 15-25 s interpreting, at twice its warm CPU per
+# query, whichever server it talks to (docs/benchmarks.md, thirteenth session).
+sysbench_steady() {
+  local warm=$1 secs=$2 wl=$3
+  shift 3
+  local out
+  out=$(sysbench "$wl" "$@" --percentile=99 --report-interval=1 --time="$(( warm + secs ))" run)
+  echo "$out" | python3 -c '
+import re, statistics, sys
+warm, point = int(sys.argv[1]), sys.argv[2] == "oltp_point_select"
+rates, p99s, whole = [], [], None
+for line in sys.stdin:
+    m = re.match(r"\[ (\d+)s \].* tps: ([\d.]+) qps: ([\d.]+) .*lat \(ms,99%\): ([\d.]+)", line)
+    if m and int(m[1]) > warm:
+        rates.append(float(m[3] if point else m[2]))
+        p99s.append(float(m[4]))
+    m = re.match(r"\s*(queries|transactions):\s+\d+\s+\(([\d.]+) per sec", line)
+    if m and (m[1] == "queries") == point:
+        whole = float(m[2])
+if not rates or whole is None:
+    sys.exit("no per-second reports from sysbench")
+print(int(statistics.mean(rates)), f"{statistics.median(p99s):.2f}", int(whole))
+' "$warm" "$wl"
+}
