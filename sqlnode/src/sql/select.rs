@@ -204,6 +204,9 @@ pub struct SelectRun<'p> {
     /// The input column each output moves out of its row, where the output is that column and
     /// no other output is (a text value then moves instead of being copied).
     moves: Vec<Option<usize>>,
+    /// Every output moves out of its row and in column order (`SELECT c` or `SELECT id, c`,
+    /// no expression): the output row is the input row's vector, compacted, not a new one.
+    in_place: bool,
     groups: HashMap<Vec<u8>, usize>,
     group_rows: Vec<Group>,
     /// Values held by DISTINCT aggregates, over all groups.
@@ -243,16 +246,18 @@ impl<'p> SelectRun<'p> {
             Expr::Col(i) => Some(*i),
             _ => None,
         };
-        let moves = plan
+        let moves: Vec<Option<usize>> = plan
             .outputs
             .iter()
             .map(|e| column(e).filter(|&i| plan.outputs.iter().filter(|o| column(o) == Some(i)).count() == 1))
             .collect();
+        let in_place = moves.iter().zip(moves.iter().skip(1)).all(|(a, b)| a < b) && moves.iter().all(Option::is_some);
         SelectRun {
             plan,
             outer,
             key_at,
             moves,
+            in_place,
             buffer: vec![],
             groups: HashMap::new(),
             group_rows: vec![],
@@ -350,7 +355,36 @@ impl<'p> SelectRun<'p> {
             }
             return Ok(true);
         }
+        let fits = |m: &Option<usize>| m.is_some_and(|i| i < row.len());
+        if self.in_place && p.having.is_none() && p.windows.is_empty() && self.moves.last().is_none_or(fits) {
+            return self.emit_in_place(row);
+        }
         self.emit(&mut row, &[])
+    }
+
+    /// [`SelectRun::emit_out`] of a plain row whose outputs all move in column order: output
+    /// `j` is swapped into place `j` (its source is at or after `j`, and what the swap moves
+    /// there no later output needs), then the rest is cut off.
+    fn emit_in_place(&mut self, mut row: Vec<Val>) -> SqlResult<bool> {
+        let keys = self.sort_keys(&row, &[])?;
+        for (j, m) in self.moves.iter().enumerate() {
+            row.swap(j, m.expect("in_place: every output moves"));
+        }
+        row.truncate(self.moves.len());
+        self.buffer.push((keys, row));
+        self.after_push()
+    }
+
+    /// The ORDER BY keys of a row that are no output column.
+    fn sort_keys(&self, row: &[Val], aggs: &[Val]) -> SqlResult<Vec<Val>> {
+        self.plan
+            .order
+            .iter()
+            .filter_map(|(k, _)| match k {
+                SortKey::Out(_) => None,
+                SortKey::Expr(e) => Some(e.eval_in(row, aggs, self.outer)),
+            })
+            .collect()
     }
 
     /// Computes one output row from an input row (or group) and buffers it; the row's values
@@ -378,14 +412,7 @@ impl<'p> SelectRun<'p> {
     fn emit_out(&mut self, row: &mut [Val], aggs: &[Val]) -> SqlResult<bool> {
         let p = self.plan;
         // Keys first: they may read columns the outputs then take.
-        let keys = p
-            .order
-            .iter()
-            .filter_map(|(k, _)| match k {
-                SortKey::Out(_) => None,
-                SortKey::Expr(e) => Some(e.eval_in(row, aggs, self.outer)),
-            })
-            .collect::<SqlResult<Vec<_>>>()?;
+        let keys = self.sort_keys(row, aggs)?;
         // The computed outputs next, then the columns that move: the computed ones may read them.
         let mut out = Vec::with_capacity(p.outputs.len());
         for (e, m) in p.outputs.iter().zip(&self.moves) {
@@ -400,6 +427,13 @@ impl<'p> SelectRun<'p> {
             }
         }
         self.buffer.push((keys, out));
+        self.after_push()
+    }
+
+    /// LIMIT and the buffer's bounds after an output row went into the buffer: false when no
+    /// more rows are wanted.
+    fn after_push(&mut self) -> SqlResult<bool> {
+        let p = self.plan;
         let wanted = p.limit.map(|l| l.saturating_add(p.offset) as usize);
         if (p.order.is_empty() || self.presorted) && !p.distinct && !p.grouped {
             if let Some(w) = wanted {
