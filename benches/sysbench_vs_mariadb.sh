@@ -30,31 +30,39 @@ warmup() {
   case $1 in 1) echo 2 ;; 16) echo 3 ;; 64) echo 5 ;; 256) echo 10 ;; *) echo 25 ;; esac
 }
 
-# run_all HOST PORT USER -> lines "<point|rw> <threads> <steady rate> <p99 ms> <whole-run rate>"
-run_all() {
-  local sb=(--db-driver=mysql --mysql-host="$1" --mysql-port="$2" --mysql-user="$3" --mysql-db=sbtest
-    --tables=4 --table-size=10000)
-  sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
-  for t in "${POINT_THREADS[@]}"; do
-    r=$(sysbench_steady "$(warmup "$t")" "$SECS" oltp_point_select "${sb[@]}" --threads="$t")
-    echo "point $t $r"
-  done
-  for t in "${RW_THREADS[@]}"; do
-    r=$(sysbench_steady "$(( $(warmup "$t") * 2 ))" "$SECS" oltp_read_write "${sb[@]}" --threads="$t")
-    echo "rw $t $r"
-  done
+# one KIND THREADS NAME HOST PORT USER appends "<point|rw> <threads> <steady rate> <p99 ms>
+# <whole-run rate>" to $work/NAME.txt.
+one() {
+  local kind=$1 t=$2 name=$3 sb r
+  sb=(--db-driver=mysql --mysql-host="$4" --mysql-port="$5" --mysql-user="$6" --mysql-db=sbtest
+    --tables=4 --table-size=10000 --threads="$t")
+  if [ "$kind" = point ]; then
+    r=$(sysbench_steady "$(warmup "$t")" "$SECS" oltp_point_select "${sb[@]}")
+  else
+    r=$(sysbench_steady "$(( $(warmup "$t") * 2 ))" "$SECS" oltp_read_write "${sb[@]}")
+  fi
+  echo "$kind $t $r" >>"$work/$name.txt"
 }
 
+# Both servers run side by side, and each point is measured on Shoal and then at once on
+# MariaDB: the machine's drift over the run moves both alike (measured one server after the
+# other, a ratio moved by a third between runs). The idle server costs the other little: an
+# idle cluster takes ~2% of a 2-core machine (heartbeats, global checkpoints, Raft timers).
 start_shoal "$SHOAL" "$work/shoal"
 sport=$(shoal_mysql_port "$work/shoal")
 mariadb -h 127.0.0.1 -P "$sport" -u root --skip-ssl -e "CREATE DATABASE sbtest"
-run_all 127.0.0.1 "$sport" root >"$work/shoal.txt"
-kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
-
 mport=$(free_port)
 start_mariadb "$work/mdb" "$mport" --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=1G \
   --max-connections=2000 --transaction-isolation=REPEATABLE-READ
-run_all 127.0.0.1 "$mport" sb >"$work/mariadb.txt"
+S=(shoal 127.0.0.1 "$sport" root)
+M=(mariadb 127.0.0.1 "$mport" sb)
+for srv in "$sport root" "$mport sb"; do
+  read -r port user <<<"$srv"
+  sysbench oltp_read_write --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user="$user" \
+    --mysql-db=sbtest --tables=4 --table-size=10000 prepare >/dev/null
+done
+for t in "${POINT_THREADS[@]}"; do one point "$t" "${S[@]}"; one point "$t" "${M[@]}"; done
+for t in "${RW_THREADS[@]}"; do one rw "$t" "${S[@]}"; one rw "$t" "${M[@]}"; done
 
 share_of_peak() { # COLUMN FILE: point selects at 1024 threads as a share of the best thread count
   awk -v c="$1" '$1=="point" {if ($c>m) m=$c; if ($2==1024) l=$c} END {printf "%.0f%% of its peak (%d QPS)", 100*l/(m?m:1), m}' "$2"
