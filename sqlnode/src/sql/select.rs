@@ -204,9 +204,10 @@ pub struct SelectRun<'p> {
     /// The input column each output moves out of its row, where the output is that column and
     /// no other output is (a text value then moves instead of being copied).
     moves: Vec<Option<usize>>,
-    /// Every output moves out of its row and in column order (`SELECT c` or `SELECT id, c`,
-    /// no expression): the output row is the input row's vector, compacted, not a new one.
-    in_place: bool,
+    /// The columns the outputs move out of, when every output does and in column order
+    /// (`SELECT c` or `SELECT id, c`, no expression): the output row is then the input row's
+    /// vector, compacted, not a new one.
+    in_place: Option<Vec<usize>>,
     groups: HashMap<Vec<u8>, usize>,
     group_rows: Vec<Group>,
     /// Values held by DISTINCT aggregates, over all groups.
@@ -251,7 +252,8 @@ impl<'p> SelectRun<'p> {
             .iter()
             .map(|e| column(e).filter(|&i| plan.outputs.iter().filter(|o| column(o) == Some(i)).count() == 1))
             .collect();
-        let in_place = moves.iter().zip(moves.iter().skip(1)).all(|(a, b)| a < b) && moves.iter().all(Option::is_some);
+        let in_place =
+            moves.iter().copied().collect::<Option<Vec<usize>>>().filter(|cols| cols.windows(2).all(|w| w[0] < w[1]));
         SelectRun {
             plan,
             outer,
@@ -355,9 +357,12 @@ impl<'p> SelectRun<'p> {
             }
             return Ok(true);
         }
-        let fits = |m: &Option<usize>| m.is_some_and(|i| i < row.len());
-        if self.in_place && p.having.is_none() && p.windows.is_empty() && self.moves.last().is_none_or(fits) {
-            return self.emit_in_place(row);
+        let plain = p.having.is_none() && p.windows.is_empty();
+        // Taken for the call (which needs all of `self`) and put back.
+        if let Some(cols) = self.in_place.take_if(|c| plain && c.last().is_none_or(|&i| i < row.len())) {
+            let more = self.emit_in_place(row, &cols);
+            self.in_place = Some(cols);
+            return more;
         }
         self.emit(&mut row, &[])
     }
@@ -365,12 +370,12 @@ impl<'p> SelectRun<'p> {
     /// [`SelectRun::emit_out`] of a plain row whose outputs all move in column order: output
     /// `j` is swapped into place `j` (its source is at or after `j`, and what the swap moves
     /// there no later output needs), then the rest is cut off.
-    fn emit_in_place(&mut self, mut row: Vec<Val>) -> SqlResult<bool> {
+    fn emit_in_place(&mut self, mut row: Vec<Val>, cols: &[usize]) -> SqlResult<bool> {
         let keys = self.sort_keys(&row, &[])?;
-        for (j, m) in self.moves.iter().enumerate() {
-            row.swap(j, m.expect("in_place: every output moves"));
+        for (j, &c) in cols.iter().enumerate() {
+            row.swap(j, c);
         }
-        row.truncate(self.moves.len());
+        row.truncate(cols.len());
         self.buffer.push((keys, row));
         self.after_push()
     }
