@@ -10,12 +10,17 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h = FNV_OFFSET;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
+    fnv1a64_of(bytes.iter().copied())
+}
+
+/// [`fnv1a64`] of the ASCII-lowercased bytes, without a lowercased copy: table names compare
+/// case-insensitively (`ClusterState::table`). Not a partition hash.
+pub fn fnv1a64_caseless(s: &str) -> u64 {
+    fnv1a64_of(s.bytes().map(|b| b.to_ascii_lowercase()))
+}
+
+fn fnv1a64_of(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(FNV_OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
 }
 
 pub fn fmix64(mut k: u64) -> u64 {
@@ -43,6 +48,7 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(partition_of(b"", 8), (fmix64(0xcbf2_9ce4_8422_2325) % 8) as u32);
+        assert_eq!(fnv1a64_caseless("Db.T1"), fnv1a64(b"db.t1"));
     }
 
     #[test]

@@ -600,18 +600,12 @@ impl TableIndex {
             let mut by_name = std::collections::HashMap::with_capacity_and_hasher(tables.len(), Spread(0));
             let mut by_id = std::collections::HashMap::with_capacity_and_hasher(tables.len(), Spread(0));
             for (i, t) in tables.iter().enumerate() {
-                by_name.entry(caseless_hash(&t.spec.name)).or_insert(i);
+                by_name.entry(crate::hash::fnv1a64_caseless(&t.spec.name)).or_insert(i);
                 by_id.entry(t.id).or_insert(i);
             }
             TablePositions { by_name, by_id }
         })
     }
-}
-
-/// FNV-1a over the ASCII-lowercased bytes: no allocation per lookup.
-fn caseless_hash(name: &str) -> u64 {
-    name.bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b.to_ascii_lowercase())).wrapping_mul(0x100_0000_01b3))
 }
 
 impl Clone for TableIndex {
@@ -660,7 +654,7 @@ impl ClusterState {
     }
 
     pub fn table(&self, name: &str) -> Option<&Table> {
-        let at = self.table_index.positions(&self.tables).by_name.get(&caseless_hash(name)).copied();
+        let at = self.table_index.positions(&self.tables).by_name.get(&crate::hash::fnv1a64_caseless(name)).copied();
         self.table_where(at, |t| t.spec.name.eq_ignore_ascii_case(name))
     }
 

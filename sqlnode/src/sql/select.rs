@@ -358,26 +358,19 @@ impl<'p> SelectRun<'p> {
             return Ok(true);
         }
         let plain = p.having.is_none() && p.windows.is_empty();
-        // Taken for the call (which needs all of `self`) and put back.
-        if let Some(cols) = self.in_place.take_if(|c| plain && c.last().is_none_or(|&i| i < row.len())) {
-            let more = self.emit_in_place(row, &cols);
-            self.in_place = Some(cols);
-            return more;
+        if let Some(cols) = self.in_place.as_deref().filter(|c| plain && c.last().is_none_or(|&i| i < row.len())) {
+            // `emit_out` without a new vector: output `j` is swapped into place `j` (its
+            // source is at or after `j`, and what the swap moves there no later output
+            // needs), then the rest is cut off.
+            let keys = self.sort_keys(&row, &[])?;
+            for (j, &c) in cols.iter().enumerate() {
+                row.swap(j, c);
+            }
+            row.truncate(cols.len());
+            self.buffer.push((keys, row));
+            return self.after_push();
         }
         self.emit(&mut row, &[])
-    }
-
-    /// [`SelectRun::emit_out`] of a plain row whose outputs all move in column order: output
-    /// `j` is swapped into place `j` (its source is at or after `j`, and what the swap moves
-    /// there no later output needs), then the rest is cut off.
-    fn emit_in_place(&mut self, mut row: Vec<Val>, cols: &[usize]) -> SqlResult<bool> {
-        let keys = self.sort_keys(&row, &[])?;
-        for (j, &c) in cols.iter().enumerate() {
-            row.swap(j, c);
-        }
-        row.truncate(cols.len());
-        self.buffer.push((keys, row));
-        self.after_push()
     }
 
     /// The ORDER BY keys of a row that are no output column.
