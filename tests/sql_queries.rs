@@ -196,6 +196,11 @@ async fn joins_subqueries_unions_views() {
     assert_eq!(rows(&mut c, "SELECT t.n FROM (SELECT name AS n, pay FROM emp) AS t WHERE t.pay < 80").await, ["dee"]);
     assert_eq!(code_of(c.query_drop("SELECT * FROM (SELECT 1)").await), 1248);
     assert_eq!(rows(&mut c, "SELECT COUNT(DISTINCT dept), SUM(DISTINCT dept) FROM emp").await, ["2,3"]);
+    // DISTINCT ordered by its own columns drops neighbours after sorting; ordered by something
+    // else it hashes.
+    assert_eq!(rows(&mut c, "SELECT DISTINCT dept FROM emp ORDER BY dept DESC").await, ["2", "1", "NULL"]);
+    assert_eq!(rows(&mut c, "SELECT DISTINCT dept, pay > 0 FROM emp ORDER BY 2, 1").await, ["NULL,1", "1,1", "2,1"]);
+    assert_eq!(rows(&mut c, "SELECT DISTINCT dept FROM emp ORDER BY dept IS NULL, dept").await, ["1", "2", "NULL"]);
     assert_eq!(
         rows(
             &mut c,

@@ -199,8 +199,11 @@ pub struct SelectRun<'p> {
     outer: Option<&'p Outer<'p>>,
     /// (sort keys that are no output column, output row): see `key_at`.
     buffer: Vec<(Vec<Val>, Vec<Val>)>,
-    /// Where each ORDER BY key of a buffered row is: an output column is not copied again.
+    /// Where each ORDER BY key of a buffered row is: an output is not computed or copied
+    /// again, also where the key is a column that an output is (`ORDER BY c` of `SELECT c`).
     key_at: Vec<KeyAt>,
+    /// The ORDER BY keys that are no output, in order: `KeyAt::Extra` indexes them.
+    extra_keys: Vec<&'p Expr>,
     /// The input column each output moves out of its row, where the output is that column and
     /// no other output is (a text value then moves instead of being copied).
     moves: Vec<Option<usize>>,
@@ -231,16 +234,19 @@ enum KeyAt {
 
 impl<'p> SelectRun<'p> {
     pub fn new(plan: &'p SelectPlan, outer: Option<&'p Outer<'p>>) -> SelectRun<'p> {
-        let mut extra = 0;
+        let mut extra_keys = vec![];
         let key_at = plan
             .order
             .iter()
             .map(|(k, _)| match k {
                 SortKey::Out(i) => KeyAt::Out(*i),
-                SortKey::Expr(_) => {
-                    extra += 1;
-                    KeyAt::Extra(extra - 1)
-                }
+                SortKey::Expr(e) => match plan.outputs.iter().position(|o| matches!(e, Expr::Col(_)) && o == e) {
+                    Some(i) => KeyAt::Out(i),
+                    None => {
+                        extra_keys.push(e);
+                        KeyAt::Extra(extra_keys.len() - 1)
+                    }
+                },
             })
             .collect();
         let column = |e: &Expr| match e {
@@ -258,6 +264,7 @@ impl<'p> SelectRun<'p> {
             plan,
             outer,
             key_at,
+            extra_keys,
             moves,
             in_place,
             buffer: vec![],
@@ -290,6 +297,26 @@ impl<'p> SelectRun<'p> {
         }
     }
 
+    /// The group `row` belongs to, made if it is the first of its group.
+    fn group_of(&mut self, row: &[Val]) -> SqlResult<usize> {
+        let mut key = vec![];
+        for g in &self.plan.group_exprs {
+            g.eval_in(row, &[], self.outer)?.group_key(&mut key);
+        }
+        Ok(match self.groups.get(&key) {
+            Some(&i) => i,
+            None => {
+                if self.group_rows.len() >= MAX_GROUPS {
+                    return Err(too_many("groups", MAX_GROUPS));
+                }
+                let g = self.new_group(row.to_vec());
+                self.group_rows.push(g);
+                self.groups.insert(key, self.group_rows.len() - 1);
+                self.group_rows.len() - 1
+            }
+        })
+    }
+
     /// Takes one input row; false = enough rows, stop reading.
     pub fn feed(&mut self, mut row: Vec<Val>) -> SqlResult<bool> {
         let p = self.plan;
@@ -299,21 +326,11 @@ impl<'p> SelectRun<'p> {
             }
         }
         if p.grouped {
-            let mut key = vec![];
-            for g in &p.group_exprs {
-                g.eval_in(&row, &[], self.outer)?.group_key(&mut key);
-            }
-            let idx = match self.groups.get(&key) {
-                Some(&i) => i,
-                None => {
-                    if self.group_rows.len() >= MAX_GROUPS {
-                        return Err(too_many("groups", MAX_GROUPS));
-                    }
-                    let g = self.new_group(row.clone());
-                    self.group_rows.push(g);
-                    self.groups.insert(key, self.group_rows.len() - 1);
-                    self.group_rows.len() - 1
-                }
+            let idx = if p.group_exprs.is_empty() && !self.group_rows.is_empty() {
+                // Aggregates without GROUP BY: one group, no key to build and look up per row.
+                0
+            } else {
+                self.group_of(&row)?
             };
             for (i, spec) in p.aggs.iter().enumerate() {
                 let v = match &spec.arg {
@@ -375,14 +392,7 @@ impl<'p> SelectRun<'p> {
 
     /// The ORDER BY keys of a row that are no output column.
     fn sort_keys(&self, row: &[Val], aggs: &[Val]) -> SqlResult<Vec<Val>> {
-        self.plan
-            .order
-            .iter()
-            .filter_map(|(k, _)| match k {
-                SortKey::Out(_) => None,
-                SortKey::Expr(e) => Some(e.eval_in(row, aggs, self.outer)),
-            })
-            .collect()
+        self.extra_keys.iter().map(|e| e.eval_in(row, aggs, self.outer)).collect()
     }
 
     /// Computes one output row from an input row (or group) and buffers it; the row's values
@@ -451,6 +461,35 @@ impl<'p> SelectRun<'p> {
         Ok(true)
     }
 
+    /// Whether DISTINCT may keep the first of each run of equal rows after the ORDER BY sort:
+    /// when the sort keys are exactly the outputs (each at least once, nothing else; see
+    /// `key_at`), and each output holds
+    /// values of one kind for which "compares equal" is "same DISTINCT key"
+    /// (`Val::group_key`) and the order is total: integers, floats, strings, bytes, NULL.
+    /// Mixed kinds (1 and '1' compare equal but are distinct) and decimals (compared through
+    /// floats when rescaling overflows) keep the hashing.
+    fn distinct_by_sorting(&self) -> bool {
+        let width = self.plan.outputs.len();
+        let keys_are_outputs = self.extra_keys.is_empty()
+            && (0..width).all(|i| self.key_at.iter().any(|k| matches!(k, KeyAt::Out(j) if *j == i)));
+        keys_are_outputs
+            && (0..width).all(|i| {
+                let mut kind = None;
+                self.buffer.iter().all(|(_, out)| {
+                    let k = match out.get(i) {
+                        Some(Val::Null) => return true,
+                        Some(Val::Int(_)) => 0,
+                        Some(Val::UInt(_)) => 1,
+                        Some(Val::Float(_)) => 2,
+                        Some(Val::Str(_)) => 3,
+                        Some(Val::Bytes(_)) => 4,
+                        Some(Val::Dec(_)) | None => return false,
+                    };
+                    *kind.get_or_insert(k) == k
+                })
+            })
+    }
+
     fn sort(&mut self) {
         static NULL: Val = Val::Null;
         fn key(row: &(Vec<Val>, Vec<Val>), at: KeyAt) -> &Val {
@@ -497,11 +536,21 @@ impl<'p> SelectRun<'p> {
                 self.emit_out(&mut row, &aggs)?;
             }
         }
+        let mut sorted = self.presorted;
         if p.distinct {
-            let mut seen = HashSet::new();
-            self.buffer.retain(|(_, out)| seen.insert(row_key(out)));
+            if self.distinct_by_sorting() {
+                // Sorted, equal rows are neighbours: dropping each row equal to the one kept
+                // before it is DISTINCT without a key and a hash per row, and the sort is
+                // stable, so the row kept is the first one, as below.
+                self.sort();
+                sorted = true;
+                self.buffer.dedup_by(|b, a| b.1.iter().zip(&a.1).all(|(x, y)| sort_cmp(x, y) == Ordering::Equal));
+            } else {
+                let mut seen = HashSet::with_capacity(self.buffer.len());
+                self.buffer.retain(|(_, out)| seen.insert(row_key(out)));
+            }
         }
-        if !p.order.is_empty() && !self.presorted {
+        if !p.order.is_empty() && !sorted {
             self.sort();
         }
         let rows = std::mem::take(&mut self.buffer);
