@@ -896,8 +896,23 @@ fn group_by_primary(
 }
 
 async fn abort_everywhere(node: &Arc<Node>, txn: u64, by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>) {
+    // A part whose primary moved since the commit began (a failover, or a hand-over back to a
+    // restarted node) was taken over prepared by its new primary (`adopt_prepared`), which
+    // locked its rows again: it must hear the abort too. Told only the old primary, it held
+    // those locks until its own question to the TC seconds later, and a statement meeting
+    // them in between failed with a lock wait timeout (the docker test saw it once).
+    let map = node.map();
+    let mut to = by_node.clone();
+    for &(t, p) in by_node.values().flatten() {
+        if let Some(primary) = map.partition(p).and_then(|pa| pa.primary) {
+            let parts = to.entry(primary).or_default();
+            if !parts.contains(&(t, p)) {
+                parts.push((t, p));
+            }
+        }
+    }
     futures::future::join_all(
-        by_node.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Abort, txn, 0, p, Run::default())),
+        to.iter().map(|(&n, p)| control(node, n, pb::TxnPhase::Abort, txn, 0, p, Run::default())),
     )
     .await;
 }

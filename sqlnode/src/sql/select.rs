@@ -463,11 +463,10 @@ impl<'p> SelectRun<'p> {
 
     /// Whether DISTINCT may keep the first of each run of equal rows after the ORDER BY sort:
     /// when the sort keys are exactly the outputs (each at least once, nothing else; see
-    /// `key_at`), and each output holds
-    /// values of one kind for which "compares equal" is "same DISTINCT key"
-    /// (`Val::group_key`) and the order is total: integers, floats, strings, bytes, NULL.
-    /// Mixed kinds (1 and '1' compare equal but are distinct) and decimals (compared through
-    /// floats when rescaling overflows) keep the hashing.
+    /// `key_at`), and each output holds values of one kind for which "compares equal" is
+    /// "same DISTINCT key" (`Val::group_key`) and the order is total: integers, floats,
+    /// strings, bytes, NULL. Mixed kinds (1 and '1' compare equal but are distinct) and
+    /// decimals (compared through floats when rescaling overflows) keep the hashing.
     fn distinct_by_sorting(&self) -> bool {
         let width = self.plan.outputs.len();
         let keys_are_outputs = self.extra_keys.is_empty()
