@@ -835,12 +835,15 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Runs a statement and turns a panic (a bug) into an error for this statement only: the
-/// connection and the node stay up.
-async fn guard(f: impl std::future::Future<Output = Result<Outcome, SqlError>>) -> Result<Outcome, SqlError> {
+/// connection and the node stay up. A plain function around `catch_unwind`, not an async one:
+/// an async `guard` took the statement's future as an argument and moved it once more into
+/// `catch_unwind`, a copy of its kilobytes on every statement (1.2% of a point select).
+fn guard(
+    f: impl std::future::Future<Output = Result<Outcome, SqlError>>,
+) -> impl std::future::Future<Output = Result<Outcome, SqlError>> {
     use futures::FutureExt;
-    match std::panic::AssertUnwindSafe(f).catch_unwind().await {
-        Ok(r) => r,
-        Err(p) => {
+    std::panic::AssertUnwindSafe(f).catch_unwind().map(|r| {
+        r.unwrap_or_else(|p| {
             let what = p
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -848,8 +851,8 @@ async fn guard(f: impl std::future::Future<Output = Result<Outcome, SqlError>>) 
                 .unwrap_or_default();
             tracing::error!("statement panicked (a bug): {what}");
             Err(SqlError::internal(format!("internal error: {what}")))
-        }
-    }
+        })
+    })
 }
 
 fn status_of(s: &Session) -> u16 {
