@@ -390,7 +390,7 @@ impl Session {
         self.set_read_lock(shoal_client::LockMode::None);
         let rows = rows?;
         self.found_rows = rows.len() as u64;
-        Ok(Outcome::Rows(ResultSet { columns: plan.columns, rows }))
+        Ok(Outcome::Rows(ResultSet { columns: plan.columns.into(), rows }))
     }
 
     // ----- INSERT / REPLACE -----

@@ -25,7 +25,7 @@ pub struct PointSelect {
     project: Vec<usize>,
     /// The columns to fetch: those projected, ascending.
     fetch: Vec<u32>,
-    columns: Vec<ColumnMeta>,
+    columns: std::sync::Arc<[ColumnMeta]>,
 }
 
 /// The parts of `SELECT cols FROM name WHERE key = NULL` (the statement prepared with NULL in
@@ -71,7 +71,7 @@ impl Session {
         let mut fetch: Vec<u32> = project.iter().map(|&c| c as u32).collect();
         fetch.sort_unstable();
         fetch.dedup();
-        Some(PointSelect { db: self.db.clone(), table, key, project, fetch, columns: columns.to_vec() })
+        Some(PointSelect { db: self.db.clone(), table, key, project, fetch, columns: columns.into() })
     }
 
     /// Runs a point select with its parameter; None when it must go the general way.

@@ -94,7 +94,9 @@ impl ColumnMeta {
 
 #[derive(Clone, Debug, Default)]
 pub struct ResultSet {
-    pub columns: Vec<ColumnMeta>,
+    /// Shared: a prepared point select hands out the columns it announced at PREPARE on every
+    /// execution (cloned, they were five strings per column each time).
+    pub columns: Arc<[ColumnMeta]>,
     pub rows: Vec<Vec<Val>>,
 }
 
@@ -824,7 +826,7 @@ impl Session {
         let is_select = probe.trim_start().get(..6).is_some_and(|h| h.eq_ignore_ascii_case("select"));
         let columns = match is_select {
             true => match self.query(&probe).await {
-                Ok(Outcome::Rows(rs)) => rs.columns,
+                Ok(Outcome::Rows(rs)) => rs.columns.to_vec(),
                 _ => vec![],
             },
             false => vec![],

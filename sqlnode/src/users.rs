@@ -378,7 +378,7 @@ impl Session {
                 };
                 let title = format!("Grants for {}@{}", u.account.name, u.account.host);
                 Ok(Outcome::Rows(ResultSet {
-                    columns: vec![crate::session::ColumnMeta::named(&title, Some(WireType::Str { len: 1024 }))],
+                    columns: vec![crate::session::ColumnMeta::named(&title, Some(WireType::Str { len: 1024 }))].into(),
                     rows: grant_lines(u).into_iter().map(|l| vec![Val::Str(l)]).collect(),
                 }))
             }
