@@ -56,10 +56,11 @@ start_mariadb "$work/mdb" "$mport" --innodb-flush-log-at-trx-commit=1 --innodb-b
   --max-connections=2000 --transaction-isolation=REPEATABLE-READ
 S=(shoal 127.0.0.1 "$sport" root)
 M=(mariadb 127.0.0.1 "$mport" sb)
-for srv in "$sport root" "$mport sb"; do
-  read -r port user <<<"$srv"
-  sysbench oltp_read_write --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user="$user" \
-    --mysql-db=sbtest --tables=4 --table-size=10000 prepare >/dev/null
+for srv in S M; do
+  declare -n server=$srv
+  sysbench oltp_read_write --db-driver=mysql --mysql-host="${server[1]}" --mysql-port="${server[2]}" \
+    --mysql-user="${server[3]}" --mysql-db=sbtest --tables=4 --table-size=10000 prepare >/dev/null
+  unset -n server
 done
 for t in "${POINT_THREADS[@]}"; do one point "$t" "${S[@]}"; one point "$t" "${M[@]}"; done
 for t in "${RW_THREADS[@]}"; do one rw "$t" "${S[@]}"; one rw "$t" "${M[@]}"; done

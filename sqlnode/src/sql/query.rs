@@ -1268,7 +1268,13 @@ impl<'a> Planner<'a> {
         b.aliases = aliases.to_vec();
         let r = b.bind(e);
         *aggs = std::mem::take(&mut b.aggs);
-        Ok(SortKey::Expr(r?))
+        let r = r?;
+        // A column that an output is (`ORDER BY c` of `SELECT c`) is that output: a sort then
+        // reads the output row instead of taking the column's value again for every row.
+        match outputs.iter().position(|o| matches!(o, Expr::Col(_)) && *o == r) {
+            Some(i) => Ok(SortKey::Out(i)),
+            None => Ok(SortKey::Expr(r)),
+        }
     }
 }
 

@@ -200,7 +200,7 @@ pub struct SelectRun<'p> {
     /// (sort keys that are no output column, output row): see `key_at`.
     buffer: Vec<(Vec<Val>, Vec<Val>)>,
     /// Where each ORDER BY key of a buffered row is: an output is not computed or copied
-    /// again, also where the key is a column that an output is (`ORDER BY c` of `SELECT c`).
+    /// again (the planner names a key that is an output's column by that output).
     key_at: Vec<KeyAt>,
     /// The ORDER BY keys that are no output, in order: `KeyAt::Extra` indexes them.
     extra_keys: Vec<&'p Expr>,
@@ -240,13 +240,10 @@ impl<'p> SelectRun<'p> {
             .iter()
             .map(|(k, _)| match k {
                 SortKey::Out(i) => KeyAt::Out(*i),
-                SortKey::Expr(e) => match plan.outputs.iter().position(|o| matches!(e, Expr::Col(_)) && o == e) {
-                    Some(i) => KeyAt::Out(i),
-                    None => {
-                        extra_keys.push(e);
-                        KeyAt::Extra(extra_keys.len() - 1)
-                    }
-                },
+                SortKey::Expr(e) => {
+                    extra_keys.push(e);
+                    KeyAt::Extra(extra_keys.len() - 1)
+                }
             })
             .collect();
         let column = |e: &Expr| match e {
