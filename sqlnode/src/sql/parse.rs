@@ -218,6 +218,18 @@ pub fn is_query_or_dml(sql: &str) -> bool {
     ["SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH"].iter().any(|k| first.eq_ignore_ascii_case(k))
 }
 
+/// A bare `BEGIN`, `COMMIT` or `ROLLBACK` (any case, surrounding whitespace and one `;`
+/// allowed): what drivers and sysbench send around every transaction. Other spellings (`BEGIN
+/// WORK`, `START TRANSACTION`, comments) go through `classify` like any admin statement.
+pub fn bare_transaction_control(sql: &str) -> Option<Admin> {
+    let s = sql.trim();
+    let s = s.strip_suffix(';').unwrap_or(s).trim_end();
+    [("BEGIN", Admin::Begin), ("COMMIT", Admin::Commit), ("ROLLBACK", Admin::Rollback)]
+        .into_iter()
+        .find(|(k, _)| s.eq_ignore_ascii_case(k))
+        .map(|(_, a)| a)
+}
+
 /// Recognizes the statements this module handles itself; None means "give it to sqlparser".
 pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
     if crate::sql::account::is_account_statement(sql) {
@@ -756,6 +768,11 @@ mod tests {
             Some(Admin::DropDatabase { name: "shop".into(), if_exists: false })
         );
         assert_eq!(classify("START TRANSACTION").unwrap(), Some(Admin::Begin));
+        assert_eq!(bare_transaction_control(" commit ;"), Some(Admin::Commit));
+        assert_eq!(bare_transaction_control("BEGIN"), Some(Admin::Begin));
+        assert_eq!(bare_transaction_control("Rollback"), Some(Admin::Rollback));
+        assert_eq!(bare_transaction_control("BEGIN WORK"), None);
+        assert_eq!(bare_transaction_control("COMMITTED"), None);
         assert_eq!(classify("select 1").unwrap(), None);
         assert_eq!(classify("create table t (a int)").unwrap(), None);
         assert_eq!(classify("explain select 1").unwrap(), None);
