@@ -28,11 +28,16 @@ fn group(routed: Vec<(usize, Bytes, PartitionId, NodeId)>) -> Vec<Request> {
     let mut out: Vec<Request> = vec![];
     // Index in `out` of each node's request being filled: a cluster has a handful of nodes.
     let mut open: Vec<(NodeId, usize)> = vec![];
+    // Sized for every key up front (short-lived; each node gets a share): growing three
+    // vectors from empty cost 1% of a SQL node's instructions on sysbench's 100-key ranges.
+    let room = routed.len().min(MAX_OPS_PER_REQUEST);
     for (at, key, partition, node) in routed {
         let slot = match open.iter().find(|(n, _)| *n == node) {
             Some(&(_, i)) if out[i].keys.len() < MAX_OPS_PER_REQUEST => i,
             _ => {
-                out.push(Request { node, at: vec![], keys: vec![], partitions: vec![] });
+                let (at, keys, partitions) =
+                    (Vec::with_capacity(room), Vec::with_capacity(room), Vec::with_capacity(room));
+                out.push(Request { node, at, keys, partitions });
                 open.retain(|(n, _)| *n != node);
                 open.push((node, out.len() - 1));
                 out.len() - 1
