@@ -20,7 +20,7 @@ use sqlparser::tokenizer::Location;
 
 use crate::error::{code, SqlError, SqlResult};
 use crate::sql::bind::{system_variable, Binder, Env, Params, TableRef, SHOWN_VARIABLES};
-use crate::sql::parse::{self, Admin};
+use crate::sql::parse::{self, Admin, TxnControl};
 use crate::types::{SqlType, WireType};
 use crate::val::{like, Val};
 
@@ -153,7 +153,7 @@ pub struct Session {
     pub found_rows: u64,
     pub autocommit: bool,
     pub in_transaction: bool,
-    /// A write happened since BEGIN (it is committed already: see `Admin::Rollback`).
+    /// A write happened since BEGIN (it is committed already: see `TxnControl::Rollback`).
     pub wrote_in_transaction: bool,
     /// The client asked for "found rows" instead of "changed rows" in UPDATE counts.
     pub client_found_rows: bool,
@@ -478,9 +478,9 @@ impl Session {
                 Ok(Outcome::ok())
             }
             Statement::AlterTable(at) => self.alter_table(&at).await,
-            Statement::StartTransaction { .. } => self.admin(Admin::Begin).await,
-            Statement::Commit { .. } => self.admin(Admin::Commit).await,
-            Statement::Rollback { savepoint: None, .. } => self.admin(Admin::Rollback).await,
+            Statement::StartTransaction { .. } => self.transaction_control(TxnControl::Begin).await,
+            Statement::Commit { .. } => self.transaction_control(TxnControl::Commit).await,
+            Statement::Rollback { savepoint: None, .. } => self.transaction_control(TxnControl::Rollback).await,
             other => {
                 let text = other.to_string();
                 let head: String = text.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
@@ -556,18 +556,16 @@ impl Session {
         }
     }
 
-    /// BEGIN, COMMIT or ROLLBACK (any other `a` is a no-op).
-    async fn transaction_control(&mut self, a: Admin) -> SqlResult<Outcome> {
-        let r = match a {
-            Admin::Begin => {
+    async fn transaction_control(&mut self, c: TxnControl) -> SqlResult<Outcome> {
+        let r = match c {
+            TxnControl::Begin => {
                 self.txn_begin().await?;
                 self.in_transaction = true;
                 self.wrote_in_transaction = false;
                 return Ok(Outcome::ok());
             }
-            Admin::Commit => self.txn_commit().await,
-            Admin::Rollback => self.txn_rollback().await,
-            _ => return Ok(Outcome::ok()),
+            TxnControl::Commit => self.txn_commit().await,
+            TxnControl::Rollback => self.txn_rollback().await,
         };
         self.in_transaction = !self.autocommit;
         self.wrote_in_transaction = false;
@@ -614,7 +612,7 @@ impl Session {
                 self.use_db(&db).await?;
                 Ok(Outcome::ok())
             }
-            Admin::Begin | Admin::Commit | Admin::Rollback => self.transaction_control(a).await,
+            Admin::Txn(c) => self.transaction_control(c).await,
             Admin::CreateDatabase { name, if_not_exists } => {
                 check_ident("database", &name)?;
                 self.check_db(&name)?;

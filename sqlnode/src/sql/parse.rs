@@ -21,6 +21,14 @@ pub const MAX_PARSE_DEPTH: usize = 128;
 /// recursively on them (debug builds need several KiB per level).
 pub const WORKER_STACK_BYTES: usize = 16 << 20;
 
+/// BEGIN, COMMIT or ROLLBACK.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnControl {
+    Begin,
+    Commit,
+    Rollback,
+}
+
 /// A statement handled without sqlparser.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admin {
@@ -60,9 +68,7 @@ pub enum Admin {
     ShowCollation,
     ShowCharset,
     ShowProcesslist,
-    Begin,
-    Commit,
-    Rollback,
+    Txn(TxnControl),
     CreateDatabase {
         name: String,
         if_not_exists: bool,
@@ -221,10 +227,10 @@ pub fn is_query_or_dml(sql: &str) -> bool {
 /// A bare `BEGIN`, `COMMIT` or `ROLLBACK` (any case, surrounding whitespace and one `;`
 /// allowed): what drivers and sysbench send around every transaction. Other spellings (`BEGIN
 /// WORK`, `START TRANSACTION`, comments) go through `classify` like any admin statement.
-pub fn bare_transaction_control(sql: &str) -> Option<Admin> {
+pub fn bare_transaction_control(sql: &str) -> Option<TxnControl> {
     let s = sql.trim();
     let s = s.strip_suffix(';').unwrap_or(s).trim_end();
-    [("BEGIN", Admin::Begin), ("COMMIT", Admin::Commit), ("ROLLBACK", Admin::Rollback)]
+    [("BEGIN", TxnControl::Begin), ("COMMIT", TxnControl::Commit), ("ROLLBACK", TxnControl::Rollback)]
         .into_iter()
         .find(|(k, _)| s.eq_ignore_ascii_case(k))
         .map(|(_, a)| a)
@@ -252,16 +258,16 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
         "BEGIN" => {
             c.eat("WORK");
             c.end()?;
-            Admin::Begin
+            Admin::Txn(TxnControl::Begin)
         }
-        "START" if c.eat("TRANSACTION") => Admin::Begin,
-        "COMMIT" => Admin::Commit,
+        "START" if c.eat("TRANSACTION") => Admin::Txn(TxnControl::Begin),
+        "COMMIT" => Admin::Txn(TxnControl::Commit),
         "ROLLBACK" => {
             c.eat("WORK");
             if !c.done() {
                 return Err(SqlError::not_supported("ROLLBACK TO SAVEPOINT"));
             }
-            Admin::Rollback
+            Admin::Txn(TxnControl::Rollback)
         }
         "DESCRIBE" | "DESC" | "EXPLAIN" if matches!(c.t.get(1), Some(Tok::Kw(_) | Tok::Name(_))) && c.t.len() <= 4 => {
             // `DESC t`, `DESCRIBE db.t`; EXPLAIN of a query falls through to sqlparser.
@@ -767,10 +773,10 @@ mod tests {
             classify("drop schema shop").unwrap(),
             Some(Admin::DropDatabase { name: "shop".into(), if_exists: false })
         );
-        assert_eq!(classify("START TRANSACTION").unwrap(), Some(Admin::Begin));
-        assert_eq!(bare_transaction_control(" commit ;"), Some(Admin::Commit));
-        assert_eq!(bare_transaction_control("BEGIN"), Some(Admin::Begin));
-        assert_eq!(bare_transaction_control("Rollback"), Some(Admin::Rollback));
+        assert_eq!(classify("START TRANSACTION").unwrap(), Some(Admin::Txn(TxnControl::Begin)));
+        assert_eq!(bare_transaction_control(" commit ;"), Some(TxnControl::Commit));
+        assert_eq!(bare_transaction_control("BEGIN"), Some(TxnControl::Begin));
+        assert_eq!(bare_transaction_control("Rollback"), Some(TxnControl::Rollback));
         assert_eq!(bare_transaction_control("BEGIN WORK"), None);
         assert_eq!(bare_transaction_control("COMMITTED"), None);
         assert_eq!(classify("select 1").unwrap(), None);
