@@ -12,7 +12,7 @@
 //! named `shoal/A` in Linux's abstract namespace, and a caller dials that name first, falling
 //! back to TCP when nobody listens there. This is NDB's shared-memory transporter in spirit:
 //! nodes on one host skip the TCP/IP stack. On the 2-core test VM a loopback TCP round trip
-//! cost 45–57 µs of system time per side against 20–23 µs over a Unix socket
+//! cost 44–57 µs of system time per side against 20–23 µs over a Unix socket
 //! (benchmarks.md, "Fifteenth session"). The abstract namespace belongs to the network
 //! namespace, exactly like the loopback address and the port: the name `shoal/A` is visible
 //! precisely to the processes that share the network the node's TCP address lives in, so a
