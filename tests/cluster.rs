@@ -448,3 +448,27 @@ async fn hidden_keys_and_a_second_shoal_up_on_the_same_dir() {
     let s = cluster.status();
     assert!(s["nodes"].as_array().unwrap().iter().all(|n| n["state"] == "up"), "{s:#}");
 }
+
+/// A caller that stops answering (its host cut off the network, or a stuck process) cannot keep
+/// a data node from stopping: one connection opens HTTP/2 and then never reads or answers a
+/// frame — not even the ping of the server's graceful shutdown — and SIGTERM still ends the
+/// node within its wait for the last global checkpoint and its bounded drain. (A data node cut
+/// off and reconnected once hung this way on `docker compose stop` until it was killed.)
+#[test]
+fn a_data_node_stops_although_a_caller_went_silent() {
+    let cluster = TestCluster::start(1, 2, 1);
+    let status = cluster.status();
+    let addr = TestCluster::node(&status, 11)["addr"].as_str().expect("address").to_string();
+    let mut silent = std::net::TcpStream::connect(&addr).expect("connect");
+    // The client preface and an empty SETTINGS frame.
+    silent.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").expect("write");
+    std::thread::sleep(Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    cluster.signal(11, libc::SIGTERM);
+    while cluster.alive(11) && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!cluster.alive(11), "data node 11 still running {:?} after SIGTERM", t.elapsed());
+    eprintln!("data node 11 stopped {:?} after SIGTERM", t.elapsed());
+    drop(silent);
+}

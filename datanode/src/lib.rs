@@ -170,12 +170,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let svc = DataNodeServer::new(service::Service { node: node.clone(), stop })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    let mut stopped = stop_tx.subscribe();
+    let serve = shoal_proto::grpc::server()
         .add_service(svc)
-        .serve_with_incoming_shutdown(nodelay(listener), shutdown(node.clone(), link.clone(), stop_tx))
-        .await
-        .context("serve gRPC")?;
+        .serve_with_incoming_shutdown(nodelay(listener), shutdown(node.clone(), link.clone(), stop_tx));
+    // The drain is bounded: a caller that stopped answering must not keep this node from exiting
+    // (compose would kill it after its grace period, with a failure code).
+    tokio::select! {
+        r = serve => r.context("serve gRPC")?,
+        _ = async {
+            let _ = stopped.wait_for(|&s| s).await;
+            tokio::time::sleep(DRAIN_TIMEOUT).await;
+        } => tracing::warn!("connections still open {DRAIN_TIMEOUT:?} after stopping: closing them"),
+    }
     tracing::info!("datanode {} stopped", me.id);
     Ok(())
 }
@@ -195,6 +202,9 @@ fn nodelay(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std
 
 /// How long a stopping node waits for its last writes to reach a complete global checkpoint.
 const STOP_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a stopping node then waits for open connections to finish their requests.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// On SIGTERM: refuse new commits, and keep serving (checkpoint calls included) until every
 /// commit this node stamped is in a complete global checkpoint, so a clean stop of the whole

@@ -98,7 +98,7 @@ pub async fn start(opts: MgmdOptions, listener: TcpListener) -> anyhow::Result<R
         .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
     let mut stop = shutdown_rx;
     let server = tokio::spawn(
-        tonic::transport::Server::builder()
+        shoal_proto::grpc::server()
             .add_service(MgmdServer::new(mgmd))
             .add_service(raft_svc)
             .serve_with_incoming_shutdown(nodelay(listener), async move {
