@@ -2,6 +2,9 @@
 # Shoal `bench kv` (2 replicas, synchronous replication) side by side with Redis
 # (`redis-benchmark`, one server, no persistence) on this machine, in one run.
 # Prints a markdown table of ops/s, p99 and the Shoal/Redis ratio.
+# Both load generators reach their server over loopback TCP (`bench kv --tcp`): the data nodes
+# talk to each other over their local sockets, as nodes of one host do, but the application's
+# hop costs what redis-benchmark's does (ARCHITECTURE.md, "Local sockets").
 #
 #   benches/kv_vs_redis.sh [seconds per shoal run, default 10]
 set -euo pipefail
@@ -38,7 +41,7 @@ redis_run() { # clients pipeline test -> "rps p99"
 # --- Shoal: 1 node group x 2 replicas ---
 start_shoal "$SHOAL" "$work/shoal"
 shoal_run() { # threads batch write_ratio [bench option] -> "ops/s p99_ms"
-  $SHOAL bench kv --dir "$work/shoal" --threads "$1" --batch "$2" --write-ratio "$3" ${4:-} \
+  $SHOAL bench kv --dir "$work/shoal" --tcp --threads "$1" --batch "$2" --write-ratio "$3" ${4:-} \
     --keys "$KEYS" --value-size "$VALUE" --duration "$SECS" --json |
     python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["ops_per_s"]), d["p99_ms"], d["errors"])'
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use hdrhistogram::Histogram;
-use shoal_client::{Client, ClientOptions, Durability, KeyOp};
+use shoal_client::{Client, ClientOptions, Durability, KeyOp, Transport};
 use shoal_proto::{Column, ColumnType, TableSpec, Value};
 
 use crate::local::LocalCluster;
@@ -69,6 +69,10 @@ pub struct KvArgs {
     /// Read from any replica instead of the primary.
     #[arg(long)]
     pub read_backup: bool,
+    /// Reach the data nodes over TCP even when they run on this host, as an application on
+    /// another machine would (by default a local data node is dialed on its Unix socket).
+    #[arg(long)]
+    pub tcp: bool,
     /// When writes are acknowledged: `memory` (every live replica holds them) or `sync` (also
     /// on disk everywhere: their global checkpoint completed).
     #[arg(long, default_value = "memory", value_parser = ["memory", "sync"])]
@@ -134,7 +138,8 @@ pub async fn run_kv(a: KvArgs) -> Result<()> {
         bail!("--verify needs at least one key per thread");
     }
     let addrs = if a.mgmd.is_empty() { LocalCluster::open(&a.dir)?.config.mgmd_addrs() } else { a.mgmd.clone() };
-    let opts = ClientOptions { read_backup: a.read_backup, ..ClientOptions::default() };
+    let transport = if a.tcp { Transport::Tcp } else { Transport::Auto };
+    let opts = ClientOptions { read_backup: a.read_backup, transport, ..ClientOptions::default() };
     let client = Client::connect_with(&addrs, opts).await.map_err(anyhow::Error::msg)?;
     let durability = if a.durability == "sync" { Durability::Sync } else { Durability::Memory };
     let client = client.with_durability(durability);

@@ -37,6 +37,7 @@ use tonic::transport::Channel;
 pub use batcher::Batcher;
 pub use index::{IndexRange, IndexScanOptions};
 pub use mgmd::MgmdPool;
+pub use shoal_proto::grpc::Transport;
 pub use shoal_proto::{Column, ColumnType};
 pub use txn::{LockMode, Transaction};
 
@@ -71,11 +72,14 @@ pub struct ClientOptions {
     pub deadline: Duration,
     /// Read from any complete replica instead of the primary (reads only).
     pub read_backup: bool,
+    /// How to reach the data nodes: their local sockets when they run in this network namespace
+    /// (the default), or TCP always (`shoal_proto::grpc`, "Local sockets").
+    pub transport: Transport,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { deadline: DEFAULT_DEADLINE, read_backup: false }
+        ClientOptions { deadline: DEFAULT_DEADLINE, read_backup: false, transport: Transport::Auto }
     }
 }
 
@@ -747,7 +751,7 @@ impl Client {
                 return Ok(c.clone());
             }
         }
-        let ch = shoal_proto::grpc::channel(&addr, Duration::from_millis(500))?;
+        let ch = shoal_proto::grpc::channel_over(&addr, Duration::from_millis(500), self.inner.opts.transport)?;
         let c = DataNodeClient::new(ch)
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);

@@ -171,9 +171,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let mut stopped = stop_tx.subscribe();
-    let serve = shoal_proto::grpc::server()
-        .add_service(svc)
-        .serve_with_incoming_shutdown(nodelay(listener), shutdown(node.clone(), link.clone(), stop_tx));
+    let serve = shoal_proto::grpc::server().add_service(svc).serve_with_incoming_shutdown(
+        shoal_proto::grpc::incoming(listener, Some(&me.addr)),
+        shutdown(node.clone(), link.clone(), stop_tx),
+    );
     // The drain is bounded: a caller that stopped answering must not keep this node from exiting
     // (compose would kill it after its grace period, with a failure code).
     tokio::select! {
@@ -185,19 +186,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!("datanode {} stopped", me.id);
     Ok(())
-}
-
-/// Accepted connections with Nagle's algorithm off: `Server::tcp_nodelay` does not apply to a
-/// listener we bound ourselves, and small replies held back 40 ms by delayed ACKs would
-/// dominate every latency.
-fn nodelay(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
-        if let Ok(s) = &s {
-            let _ = s.set_nodelay(true);
-        }
-        s
-    })
 }
 
 /// How long a stopping node waits for its last writes to reach a complete global checkpoint.

@@ -15,7 +15,6 @@ use shoal_proto::pb::raft_server::RaftServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::args::MgmdOptions;
 use crate::leader::Leader;
@@ -101,7 +100,7 @@ pub async fn start(opts: MgmdOptions, listener: TcpListener) -> anyhow::Result<R
         shoal_proto::grpc::server()
             .add_service(MgmdServer::new(mgmd))
             .add_service(raft_svc)
-            .serve_with_incoming_shutdown(nodelay(listener), async move {
+            .serve_with_incoming_shutdown(shoal_proto::grpc::incoming(listener, None), async move {
                 let _ = stop.wait_for(|&s| s).await;
             }),
     );
@@ -146,16 +145,4 @@ impl Running {
         tracing::info!("mgmd {id} stopped");
         Ok(())
     }
-}
-
-/// Accepted connections with Nagle's algorithm off (`Server::tcp_nodelay` does not apply to a
-/// listener bound outside the builder): heartbeats and Raft messages are small.
-fn nodelay(listener: tokio::net::TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    TcpListenerStream::new(listener).map(|s| {
-        if let Ok(s) = &s {
-            let _ = s.set_nodelay(true);
-        }
-        s
-    })
 }
