@@ -37,6 +37,7 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::local_stream::LocalStream;
 use crate::{ErrorCode, ShoalError};
 
 /// How a caller reaches a node.
@@ -84,7 +85,7 @@ async fn dial(addr: &str, local: Option<&str>) -> io::Result<Conn> {
     if let Some(name) = local {
         // Refused at once when no node of this namespace listens under the name.
         if let Ok(s) = UnixStream::connect(name).await {
-            return Ok(Conn::Unix(s));
+            return Ok(Conn::Unix(LocalStream::new(s)?));
         }
     }
     let s = TcpStream::connect(addr).await?;
@@ -118,7 +119,7 @@ pub fn incoming(tcp: TcpListener, local: Option<&str>) -> impl futures::Stream<I
         Ok(Conn::Tcp(s))
     });
     let unix = local.filter(|_| local_sockets_enabled()).and_then(|addr| match UnixListener::bind(local_name(addr)) {
-        Ok(l) => Some(UnixListenerStream::new(l).map(|s| s.map(Conn::Unix))),
+        Ok(l) => Some(UnixListenerStream::new(l).map(|s| s.and_then(LocalStream::new).map(Conn::Unix))),
         Err(e) => {
             tracing::warn!("no local socket for {addr}: {e}; serving on TCP only");
             None
@@ -130,7 +131,7 @@ pub fn incoming(tcp: TcpListener, local: Option<&str>) -> impl futures::Stream<I
 /// One accepted or dialed connection, over TCP or the local socket.
 pub enum Conn {
     Tcp(TcpStream),
-    Unix(UnixStream),
+    Unix(LocalStream),
 }
 
 impl Connected for Conn {

@@ -12,6 +12,7 @@ pub mod file;
 pub mod filter;
 pub mod grpc;
 pub mod hash;
+pub mod local_stream;
 pub mod types;
 pub mod users;
 
