@@ -46,6 +46,13 @@ shoal_run() { # threads batch write_ratio [bench option] -> "ops/s p99_ms"
     python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["ops_per_s"]), d["p99_ms"], d["errors"])'
 }
 
+# Warm-up, both sides: every key written once, so GETs find values on both, and a fresh cluster's
+# first seconds (its processes' first page faults and allocations: a 1-client GET ran ~40%
+# slower over the first 4 s) are not measured.
+$SHOAL bench kv --dir "$work/shoal" --threads 16 --batch 1 --write-ratio 1 --tcp \
+  --keys "$KEYS" --value-size "$VALUE" --duration 4 >/dev/null
+redis-benchmark -p "$rport" -c 16 -t set -n 200000 -r "$KEYS" -d "$VALUE" -q >/dev/null 2>&1
+
 echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis |"
 echo "|---|---|---|---|---|---|---|"
 row() { # label clients shoal_args redis_args
