@@ -82,6 +82,13 @@ impl AsyncRead for LocalStream {
             let unfilled = buf.initialize_unfilled_to(want);
             match guard.try_io(|s| (&mut s.get_ref()).read(unfilled)) {
                 Ok(Ok(n)) => {
+                    // A read that did not fill the buffer drained the socket: wait for the next
+                    // edge rather than read again only to hear EAGAIN (half of all reads did).
+                    // A wake-up that came in meanwhile is kept: the guard clears only the
+                    // readiness it saw.
+                    if n > 0 && n < want {
+                        guard.clear_ready();
+                    }
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
