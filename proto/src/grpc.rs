@@ -1,5 +1,5 @@
-//! How every Shoal process dials another, and how a data node accepts: one place for the
-//! channel settings and the transports.
+//! How every Shoal process dials another, and how a node accepts: one place for the channel
+//! and server settings and the transports.
 //!
 //! HTTP/2 keep-alive pings matter: after a network cut heals, a connection whose peer vanished
 //! (the packets went nowhere) looks open until TCP gives up, minutes later. Pinging every
