@@ -175,14 +175,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         shoal_proto::grpc::incoming(listener, Some(&me.addr)),
         shutdown(node.clone(), link.clone(), stop_tx),
     );
-    // The drain is bounded: a caller that stopped answering must not keep this node from exiting
-    // (compose would kill it after its grace period, with a failure code).
+    let drain = shoal_proto::grpc::SERVER_DRAIN;
     tokio::select! {
         r = serve => r.context("serve gRPC")?,
         _ = async {
             let _ = stopped.wait_for(|&s| s).await;
-            tokio::time::sleep(DRAIN_TIMEOUT).await;
-        } => tracing::warn!("connections still open {DRAIN_TIMEOUT:?} after stopping: closing them"),
+            tokio::time::sleep(drain).await;
+        } => tracing::warn!("connections still open {drain:?} after stopping: closing them"),
     }
     tracing::info!("datanode {} stopped", me.id);
     Ok(())
@@ -190,9 +189,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// How long a stopping node waits for its last writes to reach a complete global checkpoint.
 const STOP_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long a stopping node then waits for open connections to finish their requests.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// On SIGTERM: refuse new commits, and keep serving (checkpoint calls included) until every
 /// commit this node stamped is in a complete global checkpoint, so a clean stop of the whole

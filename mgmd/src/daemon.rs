@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use shoal_proto::pb::mgmd_server::MgmdServer;
@@ -22,9 +21,6 @@ use crate::raft::network::MAX_RAFT_MESSAGE_BYTES;
 use crate::raft::server::RaftService;
 use crate::raft::{self, Consensus, Published};
 use crate::service::MgmdService;
-
-/// How long shutdown waits for open gRPC calls and streams before dropping them.
-pub const SERVER_DRAIN_TIMEOUT_MS: u64 = 3000;
 
 /// An exclusive `flock` on `<data_dir>/LOCK`: two mgmds writing one Raft log would corrupt
 /// it. The lock goes away with the process, so a crash never leaves a stale lock.
@@ -127,12 +123,15 @@ impl Running {
         let id = self.consensus.id;
         let _ = self.shutdown.send(true);
         let mut server = self.server;
-        match tokio::time::timeout(Duration::from_millis(SERVER_DRAIN_TIMEOUT_MS), &mut server).await {
+        match tokio::time::timeout(shoal_proto::grpc::SERVER_DRAIN, &mut server).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => tracing::warn!("grpc server ended with: {e}"),
             Ok(Err(e)) => tracing::warn!("grpc server task failed: {e}"),
             Err(_) => {
-                tracing::warn!("grpc server did not drain within {SERVER_DRAIN_TIMEOUT_MS} ms; dropping connections");
+                tracing::warn!(
+                    "grpc server did not drain within {:?}; dropping connections",
+                    shoal_proto::grpc::SERVER_DRAIN
+                );
                 server.abort();
             }
         }

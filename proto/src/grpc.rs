@@ -53,6 +53,11 @@ pub enum Transport {
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a stopping server waits for its open connections to finish their requests before
+/// it drops them: a caller that stopped answering must not keep a node from exiting (compose
+/// would kill it after its grace period, with a failure code).
+pub const SERVER_DRAIN: Duration = Duration::from_secs(3);
+
 /// The server settings every node uses (see the module comment on keep-alive).
 pub fn server() -> tonic::transport::Server {
     tonic::transport::Server::builder()
