@@ -66,6 +66,25 @@ async fn acknowledged_write_reads_back_from_primary_and_every_replica() {
     for r in &map.partitions[p8].replicas {
         assert_eq!(client.get_from_node(r.node_id, "t", vec![Value::Int(8)]).await.unwrap(), None);
     }
+    // A run of consecutive keys (range reads, one per data node): the rows there are, in key
+    // order, from the primaries and from any replica.
+    let backups = Client::connect_with(
+        &cluster.mgmd_addrs,
+        shoal_client::ClientOptions { read_backup: true, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let expected: Vec<i64> = (0..200).filter(|&k| k != 8).collect();
+    for c in [&client, &backups] {
+        let rows = c.read_key_range("t", -20, 250, &[]).await.unwrap();
+        assert_eq!(rows.iter().map(|r| r[0].as_i64().unwrap()).collect::<Vec<_>>(), expected);
+        assert_eq!(rows[7], row(7, "seven"));
+        // Only the columns asked for; a run too short for range reads goes key by key.
+        let rows = c.read_key_range("t", 5, 20, &[0]).await.unwrap();
+        assert_eq!(rows[0], vec![Value::Int(5), Value::Null]);
+        assert_eq!(rows.len(), 19);
+        assert_eq!(c.read_key_range("t", 6, 4, &[]).await.unwrap(), [row(6, "v6"), row(7, "seven"), row(9, "v9")]);
+    }
 }
 
 /// Runs `shoal bench kv --verify` against the cluster and returns its output.
@@ -373,6 +392,10 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
                 many(pb::OpKind::Read, &[p]),
                 many(pb::OpKind::Delete, &[p, p]),
                 many(pb::OpKind::Read, &[p, wrong_partition]),
+                // Range reads: a write, a run past the last key, keys besides the run.
+                pb::Op { kind: pb::OpKind::Delete as i32, range_count: 2, ..raw_key(pb::OpKind::Delete, b"", p) },
+                pb::Op { range_start: u64::MAX, range_count: 2, ..raw_key(pb::OpKind::Read, b"", p) },
+                pb::Op { range_count: 2, key_partitions: vec![p, p], ..many(pb::OpKind::Read, &[p, p]) },
             ],
             schema_version: 0,
         })

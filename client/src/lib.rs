@@ -10,6 +10,7 @@
 mod alter;
 pub mod batcher;
 mod index;
+mod key_range;
 pub mod link;
 mod many_key;
 pub mod mgmd;
@@ -806,8 +807,8 @@ impl Client {
             Batcher::new(
                 MAX_INFLIGHT_PER_NODE,
                 MAX_OPS_PER_REQUEST,
-                // A many-key read weighs a key each, as the data node counts it.
-                |r: &pb::BatchRequest| r.ops.iter().map(|o| o.keys.len().max(1)).sum(),
+                // A many-key or range read weighs a key each, as the data node counts it.
+                |r: &pb::BatchRequest| r.ops.iter().map(|o| o.keys.len().max(o.range_count as usize).max(1)).sum(),
                 move |reqs: Vec<pb::BatchRequest>| execute_merged(link.clone(), id, attempt, reqs),
             )
         })

@@ -171,6 +171,18 @@ impl Transaction {
         self.execute_fetching(ops, columns).await
     }
 
+    /// The rows of a run of `count` integer keys from `lo`, read without locks, in key order
+    /// ([`Client::read_key_range`]): as range reads while the transaction has no work of its
+    /// own anywhere (its reads before its writes), key by key through the transaction
+    /// otherwise, so it sees its own pending writes.
+    pub async fn read_key_range(&mut self, table: &str, lo: i128, count: u32, columns: &[u32]) -> Result<Vec<Row>> {
+        if !self.finished && self.parts.is_empty() {
+            return self.client.read_key_range(table, lo, count, columns).await;
+        }
+        let keys = self.client.run_keys(table, lo, count);
+        self.get_many_columns(table, keys, columns).await.into_iter().filter_map(Result::transpose).collect()
+    }
+
     /// Runs operations in the transaction, batched per data node.
     pub async fn execute(&mut self, ops: Vec<(KeyOp, LockMode)>) -> Vec<OpOutcome> {
         self.execute_fetching(ops, &[]).await

@@ -42,11 +42,22 @@ pub struct Op {
     pub key_data: Option<Bytes>,
     /// Or, for a many-key read, encoded keys with their partitions (`partition` unused).
     pub keys: Vec<(Bytes, PartitionId)>,
+    /// Or, for a range read, the consecutive integer keys to read (`partition` unused).
+    pub range: Option<KeyRange>,
     /// Every column (insert, upsert) or the columns named in `columns` (update).
     pub row: Vec<Value>,
     pub columns: Vec<u32>,
     /// Update: increments of integer columns, applied after `columns`.
     pub deltas: Vec<Delta>,
+}
+
+/// A range read's keys: `count` keys whose 8-byte encoding counts up from `start`
+/// (`codec::int_key_at`), of which this node reads those in `partitions`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyRange {
+    pub start: u64,
+    pub count: u32,
+    pub partitions: Vec<PartitionId>,
 }
 
 pub fn table_of(map: &ClusterState, id: TableId) -> Result<&Table, ShoalError> {
@@ -85,6 +96,8 @@ pub enum Answer {
     Unchanged,
     /// A many-key read's rows, one per key (empty: no row with that key), slices of one buffer.
     Rows(Vec<Bytes>),
+    /// A range read's rows found, in key order, each with its key's distance from the start.
+    RangeRows(Vec<Bytes>, Vec<u32>),
 }
 
 /// Reads one row by primary key, in the table's row encoding (the caller decodes it), or each
@@ -101,6 +114,9 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: boo
     ops.into_iter()
         .map(|op| {
             let op = op?;
+            if let Some(range) = &op.range {
+                return read_range(&mut targets, op.table, range, &op.columns);
+            }
             if op.keys.is_empty() {
                 let (table, part) = targets.get(op.table, op.partition)?;
                 return read_from(table, &part, op).map(Answer::Row);
@@ -122,6 +138,42 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: boo
             Ok(Answer::Rows(ends.into_iter().map(|(s, e)| buf.slice(s..e)).collect()))
         })
         .collect()
+}
+
+/// A range read ([`KeyRange`]): every key of the range is hashed to its partition here, and
+/// looked up when that partition is one the caller sent here. The caller sent each other
+/// partition's share of the range to that partition's node.
+fn read_range(targets: &mut Targets, table: TableId, range: &KeyRange, columns: &[u32]) -> Result<Answer, ShoalError> {
+    let t = table_of(targets.map, table)?;
+    if codec::int_key_type(t).is_none() {
+        return Err(ShoalError::new(
+            ErrorCode::InvalidArgument,
+            format!("table {} has no single integer primary key to read a range of", t.name()),
+        ));
+    }
+    let keep = wanted(t, columns)?;
+    // Checked once each, before any key: a partition this node may not serve fails the read.
+    let mut parts = Vec::with_capacity(range.partitions.len());
+    for &p in &range.partitions {
+        parts.push((p, targets.get(table, p)?.1));
+    }
+    let mut buf = Vec::with_capacity(range.count as usize * 64);
+    let mut ends = vec![];
+    let mut offsets = vec![];
+    for i in 0..range.count {
+        let key = codec::int_key_at(range.start, i)
+            .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, "the range runs past the last key"))?;
+        let p = shoal_proto::hash::partition_of(&key, t.partition_count);
+        let Some((_, part)) = parts.iter().find(|(q, _)| *q == p) else { continue };
+        let start = buf.len();
+        lookup_into(t, part, &key, keep.as_deref(), &mut buf)?;
+        if buf.len() > start {
+            ends.push((start, buf.len()));
+            offsets.push(i);
+        }
+    }
+    let buf = Bytes::from(buf);
+    Ok(Answer::RangeRows(ends.into_iter().map(|(s, e)| buf.slice(s..e)).collect(), offsets))
 }
 
 type Target<'m> = Result<(&'m Table, Arc<Partition>), ShoalError>;

@@ -14,7 +14,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
 use crate::node::Node;
-use crate::ops::{self, Answer, Op, OpKind, MAX_BATCH_OPS};
+use crate::ops::{self, Answer, KeyRange, Op, OpKind, MAX_BATCH_OPS};
 use crate::scan::{self, ScanSpec, SCAN_QUEUE_BATCHES};
 use crate::{sync, transport};
 
@@ -32,7 +32,7 @@ async fn next_call<T>(calls: &mut tonic::Streaming<T>, stop: &mut tokio::sync::w
     }
 }
 
-fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
+fn op_from_pb(mut op: pb::Op) -> Result<Op, ShoalError> {
     let kind = match pb::OpKind::try_from(op.kind) {
         Ok(pb::OpKind::Read) => OpKind::Read,
         Ok(pb::OpKind::Insert) => OpKind::Insert,
@@ -41,17 +41,31 @@ fn op_from_pb(op: pb::Op) -> Result<Op, ShoalError> {
         Ok(pb::OpKind::Delete) => OpKind::Delete,
         _ => return Err(ShoalError::new(ErrorCode::InvalidArgument, format!("unknown operation kind {}", op.kind))),
     };
-    if op.keys.len() != op.key_partitions.len() {
+    if op.range_count == 0 && op.keys.len() != op.key_partitions.len() {
         return Err(ShoalError::new(ErrorCode::InvalidArgument, "a many-key read needs one partition per key"));
     }
-    if !op.keys.is_empty() && kind != OpKind::Read {
+    if (!op.keys.is_empty() || op.range_count > 0) && kind != OpKind::Read {
         return Err(ShoalError::new(ErrorCode::InvalidArgument, "only reads may name many keys"));
     }
+    if op.range_count > 0
+        && (!op.keys.is_empty() || shoal_proto::codec::int_key_at(op.range_start, op.range_count - 1).is_none())
+    {
+        return Err(ShoalError::new(
+            ErrorCode::InvalidArgument,
+            "a range read names its keys by its start and count only, within 8-byte keys",
+        ));
+    }
+    let range = (op.range_count > 0).then(|| KeyRange {
+        start: op.range_start,
+        count: op.range_count,
+        partitions: std::mem::take(&mut op.key_partitions),
+    });
     Ok(Op {
         kind,
         table: op.table_id,
         partition: op.partition,
         keys: op.keys.into_iter().zip(op.key_partitions).collect(),
+        range,
         key: values_from_pb(op.key),
         key_data: (!op.key_data.is_empty()).then_some(op.key_data),
         row: values_from_pb(op.row),
@@ -68,6 +82,7 @@ fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
         Ok(Answer::Row(None)) => pb::OpResult { gci, ..Default::default() },
         Ok(Answer::Unchanged) => pb::OpResult { unchanged: true, ..Default::default() },
         Ok(Answer::Rows(rows)) => pb::OpResult { rows, ..Default::default() },
+        Ok(Answer::RangeRows(rows, row_offsets)) => pb::OpResult { rows, row_offsets, ..Default::default() },
         Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },
     }
 }
@@ -108,7 +123,7 @@ async fn run_txn_execute(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> pb::Tx
         };
         let held_term = req.held_terms.get(i).copied().unwrap_or(0);
         match op_from_pb(op) {
-            Ok(op) if !op.keys.is_empty() => {
+            Ok(op) if !op.keys.is_empty() || op.range.is_some() => {
                 return failed(ShoalError::new(
                     ErrorCode::InvalidArgument,
                     "a transaction reads its keys one operation each (many-key reads go in batches)",
@@ -190,8 +205,8 @@ type OpAnswer = (Result<Answer, ShoalError>, u64);
 /// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream).
 async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
     let failed = |e: ShoalError| pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 };
-    // A many-key read counts once per key.
-    if req.ops.iter().map(|o| o.keys.len().max(1)).sum::<usize>() > MAX_BATCH_OPS {
+    // A many-key or range read counts once per key.
+    if req.ops.iter().map(|o| o.keys.len().max(o.range_count as usize).max(1)).sum::<usize>() > MAX_BATCH_OPS {
         return failed(ShoalError::new(
             ErrorCode::TooLarge,
             format!("a batch holds at most {MAX_BATCH_OPS} operations"),

@@ -191,7 +191,18 @@ impl Sim {
             OpKind::Insert | OpKind::Upsert => (vec![], vec![Value::Int(k), Value::Int(v)]),
             _ => (vec![Value::Int(k)], vec![]),
         };
-        Op { kind, table: table.id, partition, key, key_data: None, keys: vec![], row, columns: vec![], deltas: vec![] }
+        Op {
+            kind,
+            table: table.id,
+            partition,
+            key,
+            key_data: None,
+            keys: vec![],
+            range: None,
+            row,
+            columns: vec![],
+            deltas: vec![],
+        }
     }
 
     async fn write(&self, at: NodeId, k: i64, v: i64) -> Result<(), ShoalError> {
@@ -228,6 +239,44 @@ async fn acknowledged_write_is_on_every_replica() {
     let e = sim.write(backup, k, 1).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::NotPrimary);
     assert_eq!(e.hint, sim.primary_of(k));
+}
+
+#[tokio::test]
+async fn a_range_read_counts_through_its_keys_in_the_partitions_it_names() {
+    let sim = Sim::new(2).await;
+    for k in (-10..40).filter(|k| k % 3 != 0) {
+        sim.write(sim.primary_of(k), k, k * 10).await.unwrap();
+    }
+    let t = sim.table();
+    let start = codec::int_key_run(&t, -20, 80).unwrap();
+    let range_op = |partitions: Vec<u32>| Op {
+        range: Some(ops::KeyRange { start, count: 80, partitions }),
+        ..sim.op(OpKind::Read, 0, 0)
+    };
+    // Each node's share: the partitions it is primary of. Together they read every row of the
+    // run, each once, at its place in the run.
+    let mut found = vec![];
+    for id in [11, 12] {
+        let mine: Vec<u32> =
+            (0..t.partition_count).filter(|&p| sim.model.cluster.partitions[p as usize].primary == Some(id)).collect();
+        let answer = ops::read_many(&sim.node(id), vec![Ok(range_op(mine))], false).pop().unwrap().unwrap();
+        let ops::Answer::RangeRows(rows, offsets) = answer else { panic!("a range read answered {answer:?}") };
+        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "in key order: {offsets:?}");
+        for (row, at) in rows.iter().zip(offsets) {
+            let row = codec::decode_row(&t, row).unwrap();
+            assert_eq!(row[0], Value::Int(-20 + i64::from(at)));
+            found.push((row[0].as_i64().unwrap(), row[1].as_i64().unwrap()));
+        }
+    }
+    found.sort();
+    let expected: Vec<(i64, i64)> = (-10..40).filter(|k| k % 3 != 0).map(|k| (k, k * 10)).collect();
+    assert_eq!(found, expected);
+    // A partition the node is not primary of fails the read (unless read-backup).
+    let theirs: Vec<u32> =
+        (0..t.partition_count).filter(|&p| sim.model.cluster.partitions[p as usize].primary != Some(11)).collect();
+    let e = ops::read_many(&sim.node(11), vec![Ok(range_op(theirs.clone()))], false).pop().unwrap().unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotPrimary);
+    assert!(ops::read_many(&sim.node(11), vec![Ok(range_op(theirs))], true).pop().unwrap().is_ok());
 }
 
 #[tokio::test]
@@ -319,6 +368,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                             key: vec![Value::Int(k)],
                             key_data: None,
                             keys: vec![],
+                            range: None,
                             row: vec![],
                             columns: vec![],
                             deltas: vec![],
@@ -332,6 +382,7 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
                             key: vec![],
                             key_data: None,
                             keys: vec![],
+                            range: None,
                             row,
                             columns: vec![],
                             deltas: vec![],

@@ -264,6 +264,42 @@ pub fn decode_key(table: &Table, mut data: &[u8]) -> Result<Vec<Value>, ShoalErr
     Ok(out)
 }
 
+/// Where a run of consecutive keys of `table` starts, for a range read (`Op.range_start`):
+/// the key `lo` as the number its 8-byte encoding spells, when the table's primary key, and
+/// partition key, is one integer column and every key from `lo` to `lo + count - 1` fits the
+/// column. Key `lo + i` then encodes as [`int_key_at`]`(start, i)`: the encoding of an integer
+/// counts up with it (a signed one has its sign bit flipped), so nobody needs to encode the
+/// keys of a range one by one.
+pub fn int_key_run(table: &Table, lo: i128, count: u32) -> Option<u64> {
+    let hi = lo.checked_add(i128::from(count.checked_sub(1)?))?;
+    match int_key_type(table)? {
+        ColumnType::Int => {
+            let (lo, _) = (i64::try_from(lo).ok()?, i64::try_from(hi).ok()?);
+            Some((lo as u64) ^ (1 << 63))
+        }
+        ColumnType::Uint => {
+            let (lo, _) = (u64::try_from(lo).ok()?, u64::try_from(hi).ok()?);
+            Some(lo)
+        }
+        _ => None,
+    }
+}
+
+/// The type of a table's primary key when that is one integer column (Int or Uint) and also
+/// the partition key: the tables whose keys a range read can count through.
+pub fn int_key_type(table: &Table) -> Option<ColumnType> {
+    let spec = &table.spec;
+    let [col] = spec.primary_key[..] else { return None };
+    let ty = spec.columns.get(col as usize)?.ty;
+    (spec.partition_key == spec.primary_key && matches!(ty, ColumnType::Int | ColumnType::Uint)).then_some(ty)
+}
+
+/// The encoded key `i` steps after the run start `start` ([`int_key_run`]); None past the
+/// last 8-byte key.
+pub fn int_key_at(start: u64, i: u32) -> Option<[u8; 8]> {
+    Some(start.checked_add(u64::from(i))?.to_be_bytes())
+}
+
 /// Partition of an encoded primary key. When the partition key is the primary key (the usual
 /// case) that is the hash of the bytes themselves, with nothing decoded.
 pub fn partition_of_encoded_key(table: &Table, key: &[u8]) -> Result<u32, ShoalError> {
@@ -523,6 +559,35 @@ mod tests {
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
         Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
+    }
+
+    #[test]
+    fn a_run_of_integer_keys_counts_up_in_their_encoding() {
+        let t = table();
+        let start = int_key_run(&t, -2, 5).unwrap();
+        for i in 0..5u32 {
+            let key = encode_key_ref(&t, &[Value::Int(-2 + i64::from(i))]).unwrap();
+            assert_eq!(int_key_at(start, i).unwrap().as_slice(), key.as_slice());
+        }
+        // Runs that leave the column's type, or have no keys, are not runs.
+        assert_eq!(int_key_run(&t, i128::from(i64::MAX) - 1, 3), None);
+        assert!(int_key_run(&t, i128::from(i64::MAX) - 1, 2).is_some());
+        assert_eq!(int_key_run(&t, i128::from(i64::MIN) - 1, 2), None);
+        assert_eq!(int_key_run(&t, 0, 0), None);
+        assert_eq!(int_key_at(u64::MAX, 1), None);
+        let mut u = t.clone();
+        u.spec.columns[0].ty = ColumnType::Uint;
+        let start = int_key_run(&u, 7, 3).unwrap();
+        assert_eq!(int_key_at(start, 2).unwrap().as_slice(), encode_key_ref(&u, &[Value::Uint(9)]).unwrap().as_slice());
+        assert_eq!(int_key_run(&u, -1, 2), None);
+        assert_eq!(int_key_run(&u, i128::from(u64::MAX), 2), None);
+        // Other key types, and a partition key of its own, have no runs.
+        let mut text = t.clone();
+        text.spec.columns[0].ty = ColumnType::Text;
+        assert_eq!(int_key_run(&text, 0, 1), None);
+        let mut other = t.clone();
+        other.spec.partition_key = vec![3];
+        assert_eq!(int_key_type(&other), None);
     }
 
     #[test]

@@ -146,6 +146,14 @@ impl Session {
             // Key reads take their keys (a short range's hundred keys are not copied).
             Access::Key(k) => vec![k],
             Access::Keys(keys) => keys,
+            Access::KeyRun { lo, count } => {
+                for row in self.kv_key_run(name, lo, count, columns).await.map_err(|e| cluster_err(&e, t))? {
+                    if !f(row)? {
+                        break;
+                    }
+                }
+                return Ok(());
+            }
             Access::Unique(ix, key) => {
                 // The entry names the row; the caller checks the row against the WHERE clause
                 // again, so a row that changed in between is not taken for a match.

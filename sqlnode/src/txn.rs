@@ -115,6 +115,38 @@ impl Session {
         self.kv_batch(ops).await.into_iter().collect()
     }
 
+    /// The rows of a run of `count` integer primary keys from `lo` ([`Access::KeyRun`]), in
+    /// key order, read as [`Session::kv_batch_get`] reads keys: lock-free reads as range reads
+    /// where they can be (`Client::read_key_range`), locking ones key by key.
+    ///
+    /// [`Access::KeyRun`]: crate::sql::plan::Access::KeyRun
+    pub(crate) async fn kv_key_run(
+        &self,
+        table: &str,
+        lo: i128,
+        count: u32,
+        columns: &[u32],
+    ) -> Result<Vec<Vec<Value>>, ShoalError> {
+        if !self.in_cluster_txn().await {
+            return self.client().read_key_range(table, lo, count, columns).await;
+        }
+        if self.read_lock() == LockMode::None {
+            let out = {
+                let mut t = self.txn.lock().await;
+                match t.as_mut() {
+                    Some(tx) => tx.read_key_range(table, lo, count, columns).await,
+                    None => return self.client().read_key_range(table, lo, count, columns).await,
+                }
+            };
+            if let Err(e) = &out {
+                self.drop_if_aborted(&[Err(e.clone())]).await;
+            }
+            return out;
+        }
+        let keys = self.client().run_keys(table, lo, count);
+        Ok(self.kv_batch_get(table, keys, columns).await?.into_iter().flatten().collect())
+    }
+
     /// Opens a transaction for one statement when autocommit is on and none is open; returns
     /// whether it did (then `end_implicit` must close it).
     pub(crate) async fn begin_implicit(&self) -> bool {

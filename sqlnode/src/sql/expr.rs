@@ -940,6 +940,19 @@ impl Acc {
                 let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(()) };
                 *n += 1;
                 if float.is_none() {
+                    // Integers, the usual SUM, add as they are: the general decimal addition
+                    // below cost a 100-row SUM more than reading its rows. Beyond BIGINT's
+                    // range the sum goes on as a decimal, as MySQL's does.
+                    let int = match v {
+                        Val::Int(i) => Some(i128::from(i)),
+                        Val::UInt(u) => Some(i128::from(u)),
+                        _ => None,
+                    };
+                    let cur = exact.unwrap_or(Dec::new(0, 0));
+                    if let Some(m) = int.filter(|_| cur.s == 0).and_then(|i| { cur.m }.checked_add(i)) {
+                        *exact = Some(Dec::new(m, 0));
+                        return Ok(());
+                    }
                     if let Some(d) = v.to_dec() {
                         let cur = exact.unwrap_or(Dec::new(0, d.s));
                         let sum = arith(ArithOp::Add, &Val::Dec(cur), &Val::Dec(d)).map_err(range_err)?;
@@ -1041,6 +1054,24 @@ mod tests {
 
     fn lit(v: Val) -> Box<Expr> {
         Box::new(Expr::Lit(v))
+    }
+
+    #[test]
+    fn sums_of_integers_stay_exact_past_bigint() {
+        let sum = |vals: Vec<Val>| {
+            let mut acc = Acc::new(AggKind::Sum);
+            for v in vals {
+                acc.add(AggKind::Sum, Some(v)).unwrap();
+            }
+            acc.finish(AggKind::Sum)
+        };
+        let big = i128::from(i64::MAX);
+        assert_eq!(sum(vec![Val::Int(i64::MAX), Val::Int(1), Val::Null]), Val::Dec(Dec::new(big + 1, 0)));
+        assert_eq!(sum(vec![Val::UInt(u64::MAX), Val::Int(-1)]), Val::Dec(Dec::new(i128::from(u64::MAX) - 1, 0)));
+        // Integers after a decimal, and a float after both.
+        assert_eq!(sum(vec![Val::Int(1), Val::Dec(Dec::new(15, 1)), Val::Int(2)]), Val::Dec(Dec::new(45, 1)));
+        assert_eq!(sum(vec![Val::Int(1), Val::Float(0.5), Val::Int(2)]), Val::Float(3.5));
+        assert_eq!(sum(vec![Val::Null]), Val::Null);
     }
 
     #[test]

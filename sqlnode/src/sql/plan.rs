@@ -4,8 +4,9 @@
 //! - equality on every primary key column → one key read;
 //! - a single-column primary key `IN (constants)` → one batched key read;
 //! - a short bounded range of a single-column integer primary key (`id BETWEEN 5 AND 104`, at
-//!   most [`MAX_RANGE_AS_KEYS`] values) → a batched key read of every value in it: one call
-//!   per data node instead of an index scan stream per partition (keys hash across them all);
+//!   most [`MAX_RANGE_AS_KEYS`] values) → a read of every key in it: one call per data node
+//!   instead of an index scan stream per partition (keys hash across them all), which names
+//!   the run's first key and length rather than each key (`Client::read_key_range`);
 //! - equality on every column of a unique index → a key read of its hidden table, then of the
 //!   row (two single-partition reads instead of a scan of every partition);
 //! - equality on leading columns of an ordered index (`PRIMARY` included) and/or a range on
@@ -37,6 +38,12 @@ pub enum Access {
     /// Primary key values in key order.
     Key(Vec<Value>),
     Keys(Vec<Vec<Value>>),
+    /// The `count` consecutive values of the single integer primary key column from `lo` (in
+    /// its storage: a DECIMAL key's scaled integers), in key order.
+    KeyRun {
+        lo: i128,
+        count: u32,
+    },
     /// The unique index named, at these values (in index column order).
     Unique(String, Vec<Value>),
     Scan(Vec<Filter>),
@@ -61,6 +68,7 @@ impl Access {
             Access::Nothing => "no rows (impossible WHERE)".into(),
             Access::Key(_) => "primary key read".into(),
             Access::Keys(k) => format!("batched primary key read of {} keys", k.len()),
+            Access::KeyRun { count, .. } => format!("batched primary key read of {count} consecutive keys"),
             Access::Unique(ix, _) => format!("unique key read of index {ix}"),
             Access::Scan(f) if f.is_empty() => "full scan".into(),
             Access::Scan(f) => format!("scan with {} pushed-down filter(s)", f.len()),
@@ -167,8 +175,10 @@ pub fn filter_implied(t: &TableRef, filter: Option<&Expr>, access: &Access) -> b
             matches!(x.as_ref(), Expr::Col(c) if pk.contains(&(*c as u32)))
                 && list.iter().all(|i| matches!(i, Expr::Lit(_)))
         }
-        (Access::Keys(_), [Expr::Between(x, lo, hi, false)]) => lit_on_key(x, lo) && lit_on_key(x, hi),
-        (Access::Keys(_), [a, b]) => {
+        (Access::Keys(_) | Access::KeyRun { .. }, [Expr::Between(x, lo, hi, false)]) => {
+            lit_on_key(x, lo) && lit_on_key(x, hi)
+        }
+        (Access::Keys(_) | Access::KeyRun { .. }, [a, b]) => {
             let lower = |op| matches!(op, Some(Cmp::Gt | Cmp::Ge));
             let upper = |op| matches!(op, Some(Cmp::Lt | Cmp::Le));
             let (a, b) = (on_key(a), on_key(b));
@@ -407,8 +417,6 @@ fn bounds_of(t: &TableRef, conj: &[&Expr], col: usize) -> Bounds {
     b
 }
 
-/// The best ordered-index range for the conjuncts: the index with the most leading columns
-/// bound by equality, then a range on the next column. None when no index helps.
 /// Every key of a bounded range of the integer primary key column `col`, when there are few.
 /// Exact for any integer storage (DECIMAL included: its stored integers are all its values).
 fn short_key_range(t: &TableRef, conj: &[&Expr], col: usize) -> Option<Access> {
@@ -427,13 +435,11 @@ fn short_key_range(t: &TableRef, conj: &[&Expr], col: usize) -> Option<Access> {
     if hi - lo >= MAX_RANGE_AS_KEYS {
         return None;
     }
-    let key = |k: i128| match t.table.columns()[col].ty {
-        shoal_proto::ColumnType::Uint => Value::Uint(k as u64),
-        _ => Value::Int(k as i64),
-    };
-    Some(Access::Keys((lo..=hi).map(|k| vec![key(k)]).collect()))
+    Some(Access::KeyRun { lo, count: u32::try_from(hi - lo + 1).ok()? })
 }
 
+/// The best ordered-index range for the conjuncts: the index with the most leading columns
+/// bound by equality, then a range on the next column. None when no index helps.
 fn index_range(t: &TableRef, conj: &[&Expr]) -> Option<IndexRange> {
     let mut best: Option<(usize, IndexRange)> = None;
     for ix in &t.table.indexes {
@@ -626,13 +632,12 @@ mod tests {
         assert_eq!(choose(&t, Some(&half)), Access::Nothing);
         // A short range of the integer key: every key in it; a long or open one: a range scan.
         let short = Expr::Between(col(0), lit(Val::Int(5)), lit(Val::Int(7)), false);
-        let keys = (5..=7).map(|k| vec![Value::Int(k)]).collect();
-        assert_eq!(choose(&t, Some(&short)), Access::Keys(keys));
+        assert_eq!(choose(&t, Some(&short)), Access::KeyRun { lo: 5, count: 3 });
         let open = Expr::And(
             Box::new(Expr::Cmp(Cmp::Gt, col(0), lit(Val::Int(5)))),
             Box::new(Expr::Cmp(Cmp::Lt, col(0), lit(Val::Int(7)))),
         );
-        assert_eq!(choose(&t, Some(&open)), Access::Keys(vec![vec![Value::Int(6)]]));
+        assert_eq!(choose(&t, Some(&open)), Access::KeyRun { lo: 6, count: 1 });
         let empty = Expr::Cmp(Cmp::Gt, col(0), lit(Val::Int(5)));
         let empty = Expr::And(Box::new(empty), Box::new(Expr::Cmp(Cmp::Le, col(0), lit(Val::Int(5)))));
         assert_eq!(choose(&t, Some(&empty)), Access::Nothing);
