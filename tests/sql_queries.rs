@@ -210,6 +210,18 @@ async fn joins_subqueries_unions_views() {
         ["NULL,dee", "1,bob|ann", "2,cy"]
     );
     assert_eq!(rows(&mut c, "SELECT GROUP_CONCAT(DISTINCT dept ORDER BY dept) FROM emp").await, ["1,2"]);
+    // One text sort key sorts by its bytes: NULL first (last descending), equal keys in their
+    // order either way.
+    let texts = "(SELECT 'b' AS n, 1 AS i UNION ALL SELECT NULL, 2 UNION ALL SELECT 'a', 3 UNION ALL SELECT 'b', 4 \
+                 UNION ALL SELECT 'ab', 5) AS t";
+    assert_eq!(
+        rows(&mut c, &format!("SELECT n, i FROM {texts} ORDER BY n")).await,
+        ["NULL,2", "a,3", "ab,5", "b,1", "b,4"]
+    );
+    assert_eq!(
+        rows(&mut c, &format!("SELECT n, i FROM {texts} ORDER BY n DESC")).await,
+        ["b,1", "b,4", "ab,5", "a,3", "NULL,2"]
+    );
     assert_eq!(
         rows(&mut c, "SELECT DATE_FORMAT(DATE_ADD('2024-02-28', INTERVAL 1 DAY), '%Y/%m/%d'), DAYNAME('2024-02-29')")
             .await,

@@ -232,6 +232,16 @@ enum KeyAt {
     Extra(usize),
 }
 
+/// The value of a buffered row's sort key at `at` (NULL when the row has none there).
+fn key(row: &(Vec<Val>, Vec<Val>), at: KeyAt) -> &Val {
+    static NULL: Val = Val::Null;
+    match at {
+        KeyAt::Out(i) => row.1.get(i),
+        KeyAt::Extra(i) => row.0.get(i),
+    }
+    .unwrap_or(&NULL)
+}
+
 impl<'p> SelectRun<'p> {
     pub fn new(plan: &'p SelectPlan, outer: Option<&'p Outer<'p>>) -> SelectRun<'p> {
         let mut extra_keys = vec![];
@@ -487,16 +497,13 @@ impl<'p> SelectRun<'p> {
     }
 
     fn sort(&mut self) {
-        static NULL: Val = Val::Null;
-        fn key(row: &(Vec<Val>, Vec<Val>), at: KeyAt) -> &Val {
-            match at {
-                KeyAt::Out(i) => row.1.get(i),
-                KeyAt::Extra(i) => row.0.get(i),
-            }
-            .unwrap_or(&NULL)
-        }
         let keys: Vec<(KeyAt, bool)> =
             self.key_at.iter().copied().zip(self.plan.order.iter().map(|(_, asc)| *asc)).collect();
+        if let [(at, asc)] = keys[..] {
+            if self.sort_by_bytes(at, asc) {
+                return;
+            }
+        }
         self.buffer.sort_by(|a, b| {
             for (at, asc) in &keys {
                 let o = sort_cmp(key(a, *at), key(b, *at));
@@ -507,6 +514,36 @@ impl<'p> SelectRun<'p> {
             }
             Ordering::Equal
         });
+    }
+
+    /// Sorts by one key whose values are all text or bytes (or NULL) by comparing the bytes
+    /// alone, as [`sort_cmp`] would (NULL first, then byte order; equal keys keep their
+    /// order); false, with nothing done, for any other key. The general comparison looks up
+    /// the key's place and matches both values' kinds on every comparison: sorting sysbench's
+    /// 100-row ranges by their 120-character `c` that way was 7% of a SQL node's
+    /// instructions per `oltp_read_write` transaction.
+    fn sort_by_bytes(&mut self, at: KeyAt, asc: bool) -> bool {
+        let mut keyed: Vec<(Option<&[u8]>, usize)> = Vec::with_capacity(self.buffer.len());
+        for (i, row) in self.buffer.iter().enumerate() {
+            let k = match key(row, at) {
+                Val::Null => None,
+                Val::Str(s) => Some(s.as_bytes()),
+                Val::Bytes(b) => Some(b.as_slice()),
+                _ => return false,
+            };
+            keyed.push((k, i));
+        }
+        // The position breaks ties, so an unstable sort keeps equal keys in their order.
+        match asc {
+            true => keyed.sort_unstable(),
+            false => keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1))),
+        }
+        let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
+        let mut rows: Vec<Option<(Vec<Val>, Vec<Val>)>> =
+            std::mem::take(&mut self.buffer).into_iter().map(Some).collect();
+        // `order` holds each position once, so every row is taken exactly once.
+        self.buffer = order.into_iter().filter_map(|i| rows[i].take()).collect();
+        true
     }
 
     pub fn finish(mut self) -> SqlResult<Vec<Vec<Val>>> {
