@@ -61,6 +61,14 @@ start_shoal() {
 # shoal_mysql_port DIR: the MySQL port of the first SQL node of the cluster start_shoal ran in DIR.
 shoal_mysql_port() { sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$1.log" | head -1; }
 
+# cpu_jiffies prints "<steal> <total>": the machine's jiffies so far (/proc/stat, all CPUs), for
+# the share the hypervisor took from this VM during a run (steal). On these shared VMs it moves
+# between 5% and 40% within minutes, and a run's rate with it, more than most changes do.
+cpu_jiffies() { awk '/^cpu / {t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t}' /proc/stat; }
+
+# steal_since "<steal> <total>" (from cpu_jiffies): the percentage of CPU time stolen since.
+steal_since() { echo "$1 $(cpu_jiffies)" | awk '{d = $4 - $2; printf "%.0f", (d > 0 ? 100 * ($3 - $1) / d : 0)}'; }
+
 # sysbench_steady WARM SECS WORKLOAD [sysbench option ...] runs WORKLOAD for WARM + SECS seconds
 # with a report every second and prints "<rate> <p99 ms> <whole-run rate>": the events per
 # second (queries for oltp_point_select, transactions otherwise) and the median of the

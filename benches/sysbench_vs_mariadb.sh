@@ -6,8 +6,8 @@
 # Each run measures the steady state: the mean of sysbench's per-second rates after a warm-up
 # that grows with the thread count (sysbench_steady in lib.sh: every sysbench thread warms its
 # own LuaJIT state, which takes 15-25 s at 1024 threads); the whole run's rate is printed too.
-# Prints a markdown table with ratios (Shoal / MariaDB) and Shoal's 1024-thread QPS as a share
-# of its own peak.
+# Prints a markdown table with ratios (Shoal / MariaDB), the share of CPU the hypervisor stole
+# during each run, and Shoal's 1024-thread QPS as a share of its own peak.
 #
 #   benches/sysbench_vs_mariadb.sh [seconds measured per run, default 10]
 set -euo pipefail
@@ -31,9 +31,10 @@ warmup() {
 }
 
 # one KIND THREADS NAME HOST PORT USER appends "<point|rw> <threads> <steady rate> <p99 ms>
-# <whole-run rate>" to $work/NAME.txt.
+# <whole-run rate> <steal %>" to $work/NAME.txt.
 one() {
-  local kind=$1 t=$2 name=$3 sb r
+  local kind=$1 t=$2 name=$3 sb r before
+  before=$(cpu_jiffies)
   sb=(--db-driver=mysql --mysql-host="$4" --mysql-port="$5" --mysql-user="$6" --mysql-db=sbtest
     --tables=4 --table-size=10000 --threads="$t")
   if [ "$kind" = point ]; then
@@ -41,7 +42,7 @@ one() {
   else
     r=$(sysbench_steady "$(( $(warmup "$t") * 2 ))" "$SECS" oltp_read_write "${sb[@]}")
   fi
-  echo "$kind $t $r" >>"$work/$name.txt"
+  echo "$kind $t $r $(steal_since "$before")" >>"$work/$name.txt"
 }
 
 # Both servers run side by side, and each point is measured on Shoal and then at once on
@@ -68,14 +69,14 @@ for t in "${RW_THREADS[@]}"; do one rw "$t" "${S[@]}"; one rw "$t" "${M[@]}"; do
 share_of_peak() { # COLUMN FILE: point selects at 1024 threads as a share of the best thread count
   awk -v c="$1" '$1=="point" {if ($c>m) m=$c; if ($2==1024) l=$c} END {printf "%.0f%% of its peak (%d QPS)", 100*l/(m?m:1), m}' "$2"
 }
-echo "| workload | threads | Shoal (p99 ms) | MariaDB (p99 ms) | Shoal / MariaDB | whole run: Shoal / MariaDB |"
-echo "|---|---|---|---|---|---|"
-while read -r kind t v p w; do
-  read -r _ _ mv mp mw < <(awk -v k="$kind" -v t="$t" '$1==k && $2==t' "$work/mariadb.txt")
+echo "| workload | threads | Shoal (p99 ms) | MariaDB (p99 ms) | Shoal / MariaDB | whole run: Shoal / MariaDB | steal %: Shoal / MariaDB |"
+echo "|---|---|---|---|---|---|---|"
+while read -r kind t v p w s; do
+  read -r _ _ mv mp mw ms < <(awk -v k="$kind" -v t="$t" '$1==k && $2==t' "$work/mariadb.txt")
   unit=$([ "$kind" = point ] && echo "QPS" || echo "TPS")
   name=$([ "$kind" = point ] && echo "oltp_point_select" || echo "oltp_read_write")
   ratio=$(python3 -c "print(f'{$v/max($mv,1):.2f}')")
-  echo "| $name ($unit) | $t | $v ($p) | $mv ($mp) | $ratio | $w / $mw |"
+  echo "| $name ($unit) | $t | $v ($p) | $mv ($mp) | $ratio | $w / $mw | $s / $ms |"
 done <"$work/shoal.txt"
 echo
 echo "Shoal oltp_point_select at 1024 threads, steady: $(share_of_peak 3 "$work/shoal.txt"); whole run: $(share_of_peak 5 "$work/shoal.txt")."
