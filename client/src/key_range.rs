@@ -140,18 +140,7 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_proto::{Column, TableSpec};
-
-    fn table() -> Table {
-        let spec = TableSpec {
-            name: "d.t".into(),
-            columns: vec![Column::new("id", ColumnType::Int), Column::new("v", ColumnType::Text).nullable()],
-            primary_key: vec![0],
-            partition_key: vec![],
-        };
-        let (spec, hidden_pk) = spec.normalize().unwrap();
-        Table { id: 7, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
-    }
+    use crate::read_many::tests::table;
 
     fn row(t: &Table, k: i64) -> Bytes {
         Bytes::from(codec::encode_row(t, &[Value::Int(k), Value::Text(format!("r{k}"))]).unwrap())

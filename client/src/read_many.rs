@@ -143,11 +143,12 @@ impl Client {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use shoal_proto::{Column, ColumnType, TableSpec, Value};
 
-    fn table() -> Table {
+    /// Table `d.t`: an integer key `id` and a nullable text `v`, in 4 partitions.
+    pub(crate) fn table() -> Table {
         let spec = TableSpec {
             name: "d.t".into(),
             columns: vec![Column::new("id", ColumnType::Int), Column::new("v", ColumnType::Text).nullable()],

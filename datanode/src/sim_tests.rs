@@ -185,24 +185,7 @@ impl Sim {
     }
 
     fn op(&self, kind: OpKind, k: i64, v: i64) -> Op {
-        let table = self.table();
-        let partition = codec::partition_of_key(&table, &[Value::Int(k)]);
-        let (key, row) = match kind {
-            OpKind::Insert | OpKind::Upsert => (vec![], vec![Value::Int(k), Value::Int(v)]),
-            _ => (vec![Value::Int(k)], vec![]),
-        };
-        Op {
-            kind,
-            table: table.id,
-            partition,
-            key,
-            key_data: None,
-            keys: vec![],
-            range: None,
-            row,
-            columns: vec![],
-            deltas: vec![],
-        }
+        op_on(&self.table(), kind, k, v)
     }
 
     async fn write(&self, at: NodeId, k: i64, v: i64) -> Result<(), ShoalError> {
@@ -213,6 +196,27 @@ impl Sim {
         let row = one_row(ops::read(&self.node(at), self.op(OpKind::Read, k, 0), true)?);
         let row = row.map(|d| codec::decode_row(&self.table(), &d)).transpose()?;
         Ok(row.map(|r| r[1].as_i64().expect("int value")))
+    }
+}
+
+/// An operation on key `k` of the simulation's table (two integer columns), writing `v`.
+fn op_on(table: &Table, kind: OpKind, k: i64, v: i64) -> Op {
+    let partition = codec::partition_of_key(table, &[Value::Int(k)]);
+    let (key, row) = match kind {
+        OpKind::Insert | OpKind::Upsert => (vec![], vec![Value::Int(k), Value::Int(v)]),
+        _ => (vec![Value::Int(k)], vec![]),
+    };
+    Op {
+        kind,
+        table: table.id,
+        partition,
+        key,
+        key_data: None,
+        keys: vec![],
+        range: None,
+        row,
+        columns: vec![],
+        deltas: vec![],
     }
 }
 
@@ -359,34 +363,9 @@ async fn restarted_node_copies_while_writes_and_deletes_continue() {
         tokio::spawn(async move {
             for round in 1..=3i64 {
                 for k in 0..400i64 {
-                    let partition = codec::partition_of_key(&table, &[Value::Int(k)]);
-                    let op = if (k + round) % 5 == 0 {
-                        Op {
-                            kind: OpKind::Delete,
-                            table: table.id,
-                            partition,
-                            key: vec![Value::Int(k)],
-                            key_data: None,
-                            keys: vec![],
-                            range: None,
-                            row: vec![],
-                            columns: vec![],
-                            deltas: vec![],
-                        }
-                    } else {
-                        let row = vec![Value::Int(k), Value::Int(round)];
-                        Op {
-                            kind: OpKind::Upsert,
-                            table: table.id,
-                            partition,
-                            key: vec![],
-                            key_data: None,
-                            keys: vec![],
-                            range: None,
-                            row,
-                            columns: vec![],
-                            deltas: vec![],
-                        }
+                    let op = match (k + round) % 5 {
+                        0 => op_on(&table, OpKind::Delete, k, 0),
+                        _ => op_on(&table, OpKind::Upsert, k, round),
                     };
                     // Node 11 may still be activating as primary of node 12's partitions
                     // (NODE_NOT_READY): retried as the client would, within 2 s.
