@@ -808,7 +808,7 @@ impl Client {
                 MAX_INFLIGHT_PER_NODE,
                 MAX_OPS_PER_REQUEST,
                 // A many-key or range read weighs a key each, as the data node counts it.
-                |r: &pb::BatchRequest| r.ops.iter().map(|o| o.keys.len().max(o.range_count as usize).max(1)).sum(),
+                |r: &pb::BatchRequest| r.ops.iter().map(pb::Op::weight).sum(),
                 move |reqs: Vec<pb::BatchRequest>| execute_merged(link.clone(), id, attempt, reqs),
             )
         })

@@ -206,7 +206,7 @@ type OpAnswer = (Result<Answer, ShoalError>, u64);
 async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
     let failed = |e: ShoalError| pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 };
     // A many-key or range read counts once per key.
-    if req.ops.iter().map(|o| o.keys.len().max(o.range_count as usize).max(1)).sum::<usize>() > MAX_BATCH_OPS {
+    if req.ops.iter().map(pb::Op::weight).sum::<usize>() > MAX_BATCH_OPS {
         return failed(ShoalError::new(
             ErrorCode::TooLarge,
             format!("a batch holds at most {MAX_BATCH_OPS} operations"),

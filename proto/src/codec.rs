@@ -273,13 +273,14 @@ pub fn decode_key(table: &Table, mut data: &[u8]) -> Result<Vec<Value>, ShoalErr
 pub fn int_key_run(table: &Table, lo: i128, count: u32) -> Option<u64> {
     let hi = lo.checked_add(i128::from(count.checked_sub(1)?))?;
     match int_key_type(table)? {
+        // Both ends within the type, so every key between them is.
         ColumnType::Int => {
-            let (lo, _) = (i64::try_from(lo).ok()?, i64::try_from(hi).ok()?);
-            Some((lo as u64) ^ (1 << 63))
+            i64::try_from(hi).ok()?;
+            Some((i64::try_from(lo).ok()? as u64) ^ (1 << 63))
         }
         ColumnType::Uint => {
-            let (lo, _) = (u64::try_from(lo).ok()?, u64::try_from(hi).ok()?);
-            Some(lo)
+            u64::try_from(hi).ok()?;
+            u64::try_from(lo).ok()
         }
         _ => None,
     }

@@ -53,6 +53,14 @@ impl From<pb::Value> for Value {
     }
 }
 
+impl pb::Op {
+    /// How many keys the operation addresses, as a data node counts it against its batch
+    /// limit: a many-key or range read one per key, anything else one.
+    pub fn weight(&self) -> usize {
+        self.keys.len().max(self.range_count as usize).max(1)
+    }
+}
+
 pub fn deltas_to_pb(deltas: &[crate::Delta]) -> Vec<pb::Delta> {
     deltas.iter().map(|d| pb::Delta { column: d.column, by: d.by, min: d.min, max: d.max }).collect()
 }

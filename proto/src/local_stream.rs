@@ -58,13 +58,12 @@ impl LocalStream {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
-            if self.room.is_none() {
+            let room = match &mut self.room {
+                Some(room) => room,
                 // Registering checks the current state, so room made since the failed write
                 // is not missed.
-                let dup = self.socket.get_ref().try_clone()?;
-                self.room = Some(register(dup, Interest::WRITABLE)?);
-            }
-            let room = self.room.as_ref().expect("registered above");
+                None => self.room.insert(register(self.socket.get_ref().try_clone()?, Interest::WRITABLE)?),
+            };
             let mut guard = ready!(room.poll_write_ready(cx))?;
             guard.clear_ready();
         }

@@ -55,8 +55,8 @@ impl Session {
     }
 
     /// Forgets a transaction the cluster rolled back.
-    async fn drop_if_aborted(&self, outcomes: &[OpOutcome]) {
-        if outcomes.iter().any(|o| matches!(o, Err(e) if e.code == ErrorCode::TxnAborted)) {
+    async fn drop_if_aborted<'e>(&self, errors: impl IntoIterator<Item = &'e ShoalError>) {
+        if errors.into_iter().any(|e| e.code == ErrorCode::TxnAborted) {
             if let Some(t) = self.txn.lock().await.take() {
                 let _ = t.rollback().await;
             }
@@ -80,7 +80,7 @@ impl Session {
                 None => return self.client().batch(ops).await,
             }
         };
-        self.drop_if_aborted(&out).await;
+        self.drop_if_aborted(out.iter().filter_map(|o| o.as_ref().err())).await;
         out
     }
 
@@ -108,7 +108,7 @@ impl Session {
                     None => return self.client().batch_get_columns(table, keys, columns).await,
                 }
             };
-            self.drop_if_aborted(&out).await;
+            self.drop_if_aborted(out.iter().filter_map(|o| o.as_ref().err())).await;
             return out.into_iter().collect();
         }
         let ops = keys.into_iter().map(|key| KeyOp::Read { table: table.into(), key }).collect();
@@ -138,9 +138,7 @@ impl Session {
                     None => return self.client().read_key_range(table, lo, count, columns).await,
                 }
             };
-            if let Err(e) = &out {
-                self.drop_if_aborted(&[Err(e.clone())]).await;
-            }
+            self.drop_if_aborted(out.as_ref().err()).await;
             return out;
         }
         let keys = self.client().run_keys(table, lo, count);
