@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".shoal.v1.Op.key_data")
         .bytes(".shoal.v1.Op.keys")
         .bytes(".shoal.v1.OpResult.rows")
+        .bytes(".shoal.v1.OpResult.packed_rows")
+        .bytes(".shoal.v1.OpResult.row_ends")
         .compile_fds(fds)?;
     Ok(())
 }

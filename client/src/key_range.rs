@@ -3,15 +3,15 @@
 //! counts up (`codec::int_key_run`), so instead of encoding, routing and sending a hundred keys
 //! the client sends each data node serving the table one operation naming the run's start, its
 //! length and the partitions that node answers for; the node counts through the run, keeps
-//! the keys that hash to those partitions and sends back the rows it found with their places
-//! in the run. Encoding and sending the keys of sysbench's 100-key ranges was a tenth of a SQL
+//! the keys that hash to those partitions and sends back a row per key of the run (empty
+//! where it has none: `shoal_proto::packed_rows`). Encoding and sending the keys of sysbench's 100-key ranges was a tenth of a SQL
 //! node's instructions per `oltp_read_write` transaction.
 //!
 //! A range read asks every node that serves a partition of the table, whether or not a key of
 //! the run lands there, so short runs go key by key (`Client::read_many`), as does any run
 //! whose range reads fail for any reason: that path has the retries and map refreshes.
 
-use shoal_proto::bytes::Bytes;
+use shoal_proto::packed_rows::PackedRows;
 use shoal_proto::{codec, pb, ClusterState, ColumnType, NodeId, PartitionId, ShoalError, Table, Value};
 
 use crate::{route, Client, Row};
@@ -52,28 +52,36 @@ fn shares(
 }
 
 /// The rows of a run of `count` keys from the answers of every share's range read, in key
-/// order; None when an answer is anything but a clean one (an error, a row without its place,
-/// a place outside the run or answered twice): the run then goes key by key.
+/// order; None when an answer is anything but a clean one (an error, not one row per key of
+/// the run, a key answered by two nodes, or the older form without packed rows that a data
+/// node predating packing sends): the run then goes key by key.
 fn merge(
     table: &Table,
     count: u32,
     answers: Vec<Result<Vec<pb::OpResult>, ShoalError>>,
 ) -> Option<Result<Vec<Row>, ShoalError>> {
-    let mut places: Vec<Option<Bytes>> = vec![None; count as usize];
+    let mut shares = Vec::with_capacity(answers.len());
     for answer in answers {
-        let [r] = <[pb::OpResult; 1]>::try_from(answer.ok()?).ok()?;
-        if r.error.is_some() || r.rows.len() != r.row_offsets.len() {
+        let [mut r] = <[pb::OpResult; 1]>::try_from(answer.ok()?).ok()?;
+        if r.error.is_some() || !r.row_offsets.is_empty() {
             return None;
         }
-        for (at, row) in r.row_offsets.into_iter().zip(r.rows) {
-            let slot = places.get_mut(at as usize)?;
-            if slot.is_some() {
-                return None;
-            }
-            *slot = Some(row);
+        let rows = PackedRows::from_pb(&mut r).ok()?;
+        if rows.len() != count as usize {
+            return None;
         }
+        shares.push(rows);
     }
-    Some(places.into_iter().flatten().map(|row| codec::decode_row(table, &row)).collect())
+    let mut out = Vec::with_capacity(count as usize);
+    for at in 0..count as usize {
+        let mut found = shares.iter().map(|rows| rows.get(at)).filter(|row| !row.is_empty());
+        let Some(row) = found.next() else { continue };
+        if found.next().is_some() {
+            return None;
+        }
+        out.push(codec::decode_row(table, row));
+    }
+    Some(out.into_iter().collect())
 }
 
 impl Client {
@@ -129,6 +137,7 @@ impl Client {
                 range_start: start,
                 range_count: count,
                 key_partitions: partitions,
+                packed_rows: true,
                 ..Default::default()
             };
             self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], schema_version: 0 })
@@ -140,36 +149,43 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read_many::tests::table;
+    use crate::read_many::tests::{packed_rows, table};
+    use shoal_proto::bytes::Bytes;
 
     fn row(t: &Table, k: i64) -> Bytes {
         Bytes::from(codec::encode_row(t, &[Value::Int(k), Value::Text(format!("r{k}"))]).unwrap())
     }
 
-    fn answer(rows: Vec<Bytes>, row_offsets: Vec<u32>) -> Result<Vec<pb::OpResult>, ShoalError> {
-        Ok(vec![pb::OpResult { rows, row_offsets, ..Default::default() }])
+    /// A node's share as it answers: one row per key of the run (empty where it has none).
+    fn answer(rows: &[Bytes]) -> Result<Vec<pb::OpResult>, ShoalError> {
+        let mut r = pb::OpResult::default();
+        packed_rows(rows).into_pb(&mut r);
+        Ok(vec![r])
     }
 
     #[test]
     fn the_shares_rows_come_back_in_key_order_and_anything_odd_goes_key_by_key() {
         let t = table();
-        // Two nodes' shares of a run from 10: rows at places 0, 3 and 1 (node A), 2 (node B).
-        let a = answer(vec![row(&t, 10), row(&t, 11), row(&t, 13)], vec![0, 1, 3]);
-        let b = answer(vec![row(&t, 12)], vec![2]);
-        let rows = merge(&t, 5, vec![a, b]).unwrap().unwrap();
+        let none = Bytes::new;
+        // Two nodes' shares of a run of 5 from 10: rows at places 0, 1 and 3 (node A), 2 (node
+        // B); key 14 has no row.
+        let a = answer(&[row(&t, 10), row(&t, 11), none(), row(&t, 13), none()]);
+        let b = answer(&[none(), none(), row(&t, 12), none(), none()]);
+        let rows = merge(&t, 5, vec![a.clone(), b]).unwrap().unwrap();
         let keys: Vec<_> = rows.iter().map(|r| r[0].clone()).collect();
         assert_eq!(keys, [10, 11, 12, 13].map(Value::Int));
         assert_eq!(rows[2][1], Value::Text("r12".into()));
-        // An error, a row without its place, a place past the run or answered twice.
+        // An error, an answer not one row per key, a key answered twice, the older form.
         let err = Ok(vec![pb::OpResult { error: Some(ShoalError::internal("x").into()), ..Default::default() }]);
         assert!(merge(&t, 5, vec![err]).is_none());
         assert!(merge(&t, 5, vec![Err(ShoalError::internal("down"))]).is_none());
-        assert!(merge(&t, 5, vec![answer(vec![row(&t, 10)], vec![])]).is_none());
-        assert!(merge(&t, 5, vec![answer(vec![row(&t, 10)], vec![5])]).is_none());
-        assert!(merge(&t, 5, vec![answer(vec![row(&t, 10)], vec![1]), answer(vec![row(&t, 10)], vec![1])]).is_none());
+        assert!(merge(&t, 5, vec![answer(&[row(&t, 10)])]).is_none());
+        assert!(merge(&t, 5, vec![a.clone(), a]).is_none());
         assert!(merge(&t, 5, vec![Ok(vec![])]).is_none());
+        let older = pb::OpResult { rows: vec![row(&t, 10)], row_offsets: vec![0], ..Default::default() };
+        assert!(merge(&t, 1, vec![Ok(vec![older])]).is_none());
         // A damaged row is an error, not a missing row.
-        assert!(merge(&t, 5, vec![answer(vec![row(&t, 10).slice(..2)], vec![0])]).unwrap().is_err());
+        assert!(merge(&t, 1, vec![answer(&[row(&t, 10).slice(..2)])]).unwrap().is_err());
     }
 
     #[test]

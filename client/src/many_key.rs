@@ -1,9 +1,10 @@
 //! Many-key reads: the reads of one table in a request to a data node travel as one operation
 //! carrying all their encoded keys (`Op.keys`), answered by one result with a row per key
-//! (`OpResult.rows`). Framing per key — an `Op` and an `OpResult` each, with the table, the
+//! (packed: `shoal_proto::packed_rows`). Framing per key — an `Op` and an `OpResult` each, with the table, the
 //! wanted columns and the flags repeated — was a large part of what a 100-row range read cost
 //! on both ends. Callers keep seeing one result per operation: [`unpack`] splits the answer.
 
+use shoal_proto::packed_rows::PackedRows;
 use shoal_proto::pb;
 use shoal_proto::ShoalError;
 
@@ -32,6 +33,7 @@ pub(crate) fn pack(ops: Vec<pb::Op>) -> (Vec<pb::Op>, Vec<Vec<usize>>) {
                     many.keys.push(std::mem::take(&mut many.key_data));
                     many.key_partitions.push(many.partition);
                     many.partition = 0;
+                    many.packed_rows = true;
                 }
                 many.keys.push(op.key_data);
                 many.key_partitions.push(op.partition);
@@ -52,7 +54,7 @@ pub(crate) fn pack(ops: Vec<pb::Op>) -> (Vec<pb::Op>, Vec<Vec<usize>>) {
 pub(crate) fn unpack(members: &[Vec<usize>], results: Vec<pb::OpResult>) -> Vec<pb::OpResult> {
     let n = members.iter().map(Vec::len).sum();
     let mut out: Vec<Option<pb::OpResult>> = vec![None; n];
-    for (carried, r) in members.iter().zip(results) {
+    for (carried, mut r) in members.iter().zip(results) {
         if let [i] = carried.as_slice() {
             out[*i] = Some(r);
             continue;
@@ -63,14 +65,21 @@ pub(crate) fn unpack(members: &[Vec<usize>], results: Vec<pb::OpResult>) -> Vec<
             }
             continue;
         }
-        if r.rows.len() != carried.len() {
-            let e = ShoalError::internal(format!("{} rows answered {} keys", r.rows.len(), carried.len()));
-            for &i in carried {
-                out[i] = Some(pb::OpResult { error: Some(e.clone().into()), ..Default::default() });
+        let rows = PackedRows::from_pb(&mut r).and_then(|rows| match rows.len() == carried.len() {
+            true => Ok(rows),
+            false => Err(ShoalError::internal(format!("{} rows answered {} keys", rows.len(), carried.len()))),
+        });
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) => {
+                for &i in carried {
+                    out[i] = Some(pb::OpResult { error: Some(e.clone().into()), ..Default::default() });
+                }
+                continue;
             }
-            continue;
-        }
-        for (&i, row) in carried.iter().zip(r.rows) {
+        };
+        for (at, &i) in carried.iter().enumerate() {
+            let row = rows.slice(at);
             out[i] = Some(pb::OpResult { found: !row.is_empty(), row_data: row, ..Default::default() });
         }
     }
@@ -107,16 +116,15 @@ mod tests {
         assert_eq!(members, vec![vec![0, 3, 4], vec![1], vec![2]]);
         assert_eq!(packed[0].keys, vec![Bytes::from_static(b"a"), Bytes::from_static(b"b"), Bytes::from_static(b"c")]);
         assert_eq!(packed[0].key_partitions, vec![0, 7, 0]);
-        assert!(packed[0].key_data.is_empty());
+        assert!(packed[0].key_data.is_empty() && packed[0].packed_rows);
         assert_eq!(packed[1].key_data, Bytes::from_static(b"x"), "a lone read goes as it is");
-        assert!(packed[1].keys.is_empty());
+        assert!(packed[1].keys.is_empty() && !packed[1].packed_rows);
 
+        let mut many = pb::OpResult::default();
+        let rows = [Bytes::from_static(b"ra"), Bytes::new(), Bytes::from_static(b"rc")];
+        crate::read_many::tests::packed_rows(&rows).into_pb(&mut many);
         let results = vec![
-            pb::OpResult {
-                found: true,
-                rows: vec![Bytes::from_static(b"ra"), Bytes::new(), Bytes::from_static(b"rc")],
-                ..Default::default()
-            },
+            many,
             pb::OpResult { found: true, row_data: Bytes::from_static(b"rx"), ..Default::default() },
             pb::OpResult { gci: 9, ..Default::default() },
         ];

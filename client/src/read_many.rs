@@ -8,6 +8,7 @@
 //! retries and map refreshes.
 
 use shoal_proto::bytes::Bytes;
+use shoal_proto::packed_rows::PackedRows;
 use shoal_proto::{codec, pb, ClusterState, NodeId, PartitionId, ShoalError, Table};
 
 use crate::{route, schema_changed, Client, KeyOp, OpOutcome, Row, MAX_OPS_PER_REQUEST};
@@ -61,6 +62,7 @@ fn read_op(table: &Table, r: Request, columns: &[u32]) -> (Vec<usize>, pb::Op) {
     } else {
         op.keys = r.keys;
         op.key_partitions = r.partitions;
+        op.packed_rows = true;
     }
     (r.at, op)
 }
@@ -69,21 +71,22 @@ fn read_op(table: &Table, r: Request, columns: &[u32]) -> (Vec<usize>, pb::Op) {
 /// table id the read named); None when the answer is anything else (an error, a short answer),
 /// which sends its keys the general way.
 fn rows_of(table: &Table, n: usize, answer: Result<Vec<pb::OpResult>, ShoalError>) -> Option<Vec<OpOutcome>> {
-    let [r] = <[pb::OpResult; 1]>::try_from(answer.ok()?).ok()?;
+    let [mut r] = <[pb::OpResult; 1]>::try_from(answer.ok()?).ok()?;
     if r.error.is_some() {
         return None;
     }
-    let decode = |row: &[u8]| match row.is_empty() {
-        true => Ok(None),
-        false => codec::decode_row(table, row).map(Some),
-    };
     if n == 1 {
         return Some(vec![match r.found {
             true => codec::decode_row(table, &r.row_data).map(Some),
             false => Ok(None),
         }]);
     }
-    (r.rows.len() == n).then(|| r.rows.iter().map(|row| decode(row)).collect())
+    let rows = PackedRows::from_pb(&mut r).ok()?;
+    let decode = |row: &[u8]| match row.is_empty() {
+        true => Ok(None),
+        false => codec::decode_row(table, row).map(Some),
+    };
+    (rows.len() == n).then(|| rows.iter().map(decode).collect())
 }
 
 impl Client {
@@ -159,6 +162,16 @@ pub(crate) mod tests {
         Table { id: 7, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
     }
 
+    /// `rows` as a data node packs them.
+    pub(crate) fn packed_rows(rows: &[Bytes]) -> PackedRows {
+        let mut w = shoal_proto::packed_rows::RowsWriter::default();
+        for row in rows {
+            w.buf().extend_from_slice(row);
+            w.end_row();
+        }
+        w.finish()
+    }
+
     fn key(i: u8) -> Bytes {
         Bytes::from(vec![i])
     }
@@ -197,7 +210,17 @@ pub(crate) mod tests {
     fn answers_decode_per_key_and_anything_odd_goes_the_general_way() {
         let t = table();
         let row = Bytes::from(codec::encode_row(&t, &[Value::Int(5), Value::Text("x".into())]).unwrap());
-        let many = |rows: Vec<Bytes>| Ok(vec![pb::OpResult { rows, ..Default::default() }]);
+        // Packed, as asked (`into_pb`), or one by one, as a data node that predates packing
+        // answers (`into_each`): the same outcome.
+        let packed = |rows: Vec<Bytes>| {
+            let mut r = pb::OpResult::default();
+            packed_rows(&rows).into_pb(&mut r);
+            Ok(vec![r])
+        };
+        let each = |rows: Vec<Bytes>| Ok(vec![pb::OpResult { rows, ..Default::default() }]);
+        let got = rows_of(&t, 2, each(vec![row.clone(), Bytes::new()])).unwrap();
+        assert_eq!(got[1].as_ref().unwrap(), &None);
+        let many = packed;
         let got = rows_of(&t, 2, many(vec![row.clone(), Bytes::new()])).unwrap();
         assert_eq!(got[0].as_ref().unwrap(), &Some(vec![Value::Int(5), Value::Text("x".into())]));
         assert_eq!(got[1].as_ref().unwrap(), &None);

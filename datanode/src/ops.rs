@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use shoal_proto::bytes::Bytes;
 use shoal_proto::codec::{self, check_row, coerce, decode_row, encode_key, encode_row};
+use shoal_proto::packed_rows::{PackedRows, RowsWriter};
 use shoal_proto::{
     ClusterState, Delta, ErrorCode, PartitionAssignment, PartitionId, ShoalError, Table, TableId, Value,
 };
@@ -49,6 +50,8 @@ pub struct Op {
     pub columns: Vec<u32>,
     /// Update: increments of integer columns, applied after `columns`.
     pub deltas: Vec<Delta>,
+    /// A many-key or range read's caller wants the rows packed (`Op.packed_rows`).
+    pub packed_rows: bool,
 }
 
 /// A range read's keys: `count` keys whose 8-byte encoding counts up from `start`
@@ -94,10 +97,9 @@ pub enum Answer {
     Row(Option<Vec<u8>>),
     /// An update that found the row already holding its values: nothing was written.
     Unchanged,
-    /// A many-key read's rows, one per key (empty: no row with that key), slices of one buffer.
-    Rows(Vec<Bytes>),
-    /// A range read's rows found, in key order, each with its key's distance from the start.
-    RangeRows(Vec<Bytes>, Vec<u32>),
+    /// A many-key read's rows, one per key, or a range read's (`range`), one per key of the
+    /// run; empty where the key has no row here. `packed`: the caller wants them so.
+    Rows { rows: PackedRows, range: bool, packed: bool },
 }
 
 /// Reads one row by primary key, in the table's row encoding (the caller decodes it), or each
@@ -115,7 +117,8 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: boo
         .map(|op| {
             let op = op?;
             if let Some(range) = &op.range {
-                return read_range(&mut targets, op.table, range, &op.columns);
+                let rows = read_range(&mut targets, op.table, range, &op.columns)?;
+                return Ok(Answer::Rows { rows, range: true, packed: op.packed_rows });
             }
             if op.keys.is_empty() {
                 let (table, part) = targets.get(op.table, op.partition)?;
@@ -123,27 +126,30 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: boo
             }
             let table = table_of(&map, op.table)?;
             let keep = wanted(table, &op.columns)?;
-            // One buffer for all the rows, each answered as a slice of it: an allocation and a
-            // copy per row were a tenth of a data node's CPU on sysbench's 100-key ranges.
-            let mut buf = Vec::with_capacity(op.keys.len() * 64);
-            let mut ends = Vec::with_capacity(op.keys.len());
+            // One buffer for all the rows: an allocation and a copy per row were a tenth of a
+            // data node's CPU on sysbench's 100-key ranges.
+            let mut rows = RowsWriter::with_capacity(op.keys.len(), op.keys.len() * 64);
             for (key, partition) in &op.keys {
                 let (table, part) = targets.get(op.table, *partition)?;
                 check_encoded_routing(table, key, *partition)?;
-                let start = buf.len();
-                lookup_into(table, &part, key, keep.as_deref(), &mut buf)?;
-                ends.push((start, buf.len()));
+                lookup_into(table, &part, key, keep.as_deref(), rows.buf())?;
+                rows.end_row();
             }
-            let buf = Bytes::from(buf);
-            Ok(Answer::Rows(ends.into_iter().map(|(s, e)| buf.slice(s..e)).collect()))
+            Ok(Answer::Rows { rows: rows.finish(), range: false, packed: op.packed_rows })
         })
         .collect()
 }
 
 /// A range read ([`KeyRange`]): every key of the range is hashed to its partition here, and
 /// looked up when that partition is one the caller sent here. The caller sent each other
-/// partition's share of the range to that partition's node.
-fn read_range(targets: &mut Targets, table: TableId, range: &KeyRange, columns: &[u32]) -> Result<Answer, ShoalError> {
+/// partition's share of the range to that partition's node. One row per key of the run, empty
+/// where this node has none.
+fn read_range(
+    targets: &mut Targets,
+    table: TableId,
+    range: &KeyRange,
+    columns: &[u32],
+) -> Result<PackedRows, ShoalError> {
     let t = table_of(targets.map, table)?;
     if codec::int_key_type(t).is_none() {
         return Err(ShoalError::new(
@@ -157,23 +163,17 @@ fn read_range(targets: &mut Targets, table: TableId, range: &KeyRange, columns: 
     for &p in &range.partitions {
         parts.push((p, targets.get(table, p)?.1));
     }
-    let mut buf = Vec::with_capacity(range.count as usize * 64);
-    let mut ends = vec![];
-    let mut offsets = vec![];
+    let mut rows = RowsWriter::with_capacity(range.count as usize, range.count as usize * 64);
     for i in 0..range.count {
         let key = codec::int_key_at(range.start, i)
             .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, "the range runs past the last key"))?;
         let p = shoal_proto::hash::partition_of(&key, t.partition_count);
-        let Some((_, part)) = parts.iter().find(|(q, _)| *q == p) else { continue };
-        let start = buf.len();
-        lookup_into(t, part, &key, keep.as_deref(), &mut buf)?;
-        if buf.len() > start {
-            ends.push((start, buf.len()));
-            offsets.push(i);
+        if let Some((_, part)) = parts.iter().find(|(q, _)| *q == p) {
+            lookup_into(t, part, &key, keep.as_deref(), rows.buf())?;
         }
+        rows.end_row();
     }
-    let buf = Bytes::from(buf);
-    Ok(Answer::RangeRows(ends.into_iter().map(|(s, e)| buf.slice(s..e)).collect(), offsets))
+    Ok(rows.finish())
 }
 
 type Target<'m> = Result<(&'m Table, Arc<Partition>), ShoalError>;

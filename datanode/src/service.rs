@@ -71,6 +71,7 @@ fn op_from_pb(mut op: pb::Op) -> Result<Op, ShoalError> {
         row: values_from_pb(op.row),
         columns: op.columns,
         deltas: deltas_from_pb(op.deltas),
+        packed_rows: op.packed_rows,
     })
 }
 
@@ -81,8 +82,18 @@ fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
         }
         Ok(Answer::Row(None)) => pb::OpResult { gci, ..Default::default() },
         Ok(Answer::Unchanged) => pb::OpResult { unchanged: true, ..Default::default() },
-        Ok(Answer::Rows(rows)) => pb::OpResult { rows, ..Default::default() },
-        Ok(Answer::RangeRows(rows, row_offsets)) => pb::OpResult { rows, row_offsets, ..Default::default() },
+        Ok(Answer::Rows { rows, packed: true, .. }) => {
+            let mut r = pb::OpResult::default();
+            rows.into_pb(&mut r);
+            r
+        }
+        Ok(Answer::Rows { rows, range: false, packed: false }) => {
+            pb::OpResult { rows: rows.into_each(), ..Default::default() }
+        }
+        Ok(Answer::Rows { rows, range: true, packed: false }) => {
+            let (rows, row_offsets) = rows.into_found();
+            pb::OpResult { rows, row_offsets, ..Default::default() }
+        }
         Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },
     }
 }

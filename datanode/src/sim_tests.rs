@@ -217,6 +217,7 @@ fn op_on(table: &Table, kind: OpKind, k: i64, v: i64) -> Op {
         row,
         columns: vec![],
         deltas: vec![],
+        packed_rows: false,
     }
 }
 
@@ -264,11 +265,11 @@ async fn a_range_read_counts_through_its_keys_in_the_partitions_it_names() {
         let mine: Vec<u32> =
             (0..t.partition_count).filter(|&p| sim.model.cluster.partitions[p as usize].primary == Some(id)).collect();
         let answer = ops::read_many(&sim.node(id), vec![Ok(range_op(mine))], false).pop().unwrap().unwrap();
-        let ops::Answer::RangeRows(rows, offsets) = answer else { panic!("a range read answered {answer:?}") };
-        assert!(offsets.windows(2).all(|w| w[0] < w[1]), "in key order: {offsets:?}");
-        for (row, at) in rows.iter().zip(offsets) {
+        let ops::Answer::Rows { rows, range: true, .. } = answer else { panic!("a range read answered {answer:?}") };
+        assert_eq!(rows.len(), 80, "one row per key of the run");
+        for (at, row) in rows.iter().enumerate().filter(|(_, row)| !row.is_empty()) {
             let row = codec::decode_row(&t, row).unwrap();
-            assert_eq!(row[0], Value::Int(-20 + i64::from(at)));
+            assert_eq!(row[0], Value::Int(-20 + at as i64));
             found.push((row[0].as_i64().unwrap(), row[1].as_i64().unwrap()));
         }
     }

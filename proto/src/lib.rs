@@ -13,6 +13,7 @@ pub mod filter;
 pub mod grpc;
 pub mod hash;
 pub mod local_stream;
+pub mod packed_rows;
 pub mod types;
 pub mod users;
 
