@@ -104,6 +104,10 @@ impl RowSlot {
     }
 }
 
+/// A row's place in its [`PartitionStore`], as [`PartitionStore::locate`] found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowAt(u32);
+
 /// A row image as replication and copy carry it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Image {
@@ -184,6 +188,20 @@ impl PartitionStore {
 
     pub fn get(&self, key: &[u8]) -> Option<&RowSlot> {
         self.find(key).and_then(|i| self.slots[i as usize].as_ref())
+    }
+
+    /// Where `key`'s row is, for reading many rows in two passes ([`PartitionStore::row_at`]).
+    pub fn locate(&self, key: &[u8]) -> Option<RowAt> {
+        self.find(key).map(RowAt)
+    }
+
+    /// The row of `key` that [`PartitionStore::locate`] found at `at`; looked up again if the
+    /// store changed since and the place holds another row or none.
+    pub fn row_at(&self, at: RowAt, key: &[u8]) -> Option<&RowSlot> {
+        match self.slots.get(at.0 as usize) {
+            Some(Some(slot)) if slot.key() == key => Some(slot),
+            _ => self.get(key),
+        }
     }
 
     /// Writes a row. The caller reserved `reserved` bytes of the budget for it beforehand; the
@@ -419,6 +437,23 @@ mod tests {
         assert_eq!(s.rows(), 99);
         s.clear();
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_located_row_is_found_again_even_after_the_store_changed() {
+        let mut s = store();
+        s.apply(img(1, Some(5), 1));
+        s.apply(img(2, Some(6), 2));
+        let at = s.locate(&[1]).unwrap();
+        assert!(s.locate(&[3]).is_none());
+        assert_eq!(s.row_at(at, &[1]).unwrap().data()[0], 5);
+        // Row 1 leaves its place and row 3 takes it: row 1 is looked up again (gone), and row 2
+        // asked for at row 1's old place is found where it is.
+        s.apply(img(1, None, 3));
+        s.apply(img(3, Some(7), 4));
+        assert!(s.row_at(at, &[1]).is_none());
+        assert_eq!(s.row_at(at, &[2]).unwrap().data()[0], 6);
+        assert_eq!(s.row_at(at, &[3]).unwrap().data()[0], 7);
     }
 
     #[test]
