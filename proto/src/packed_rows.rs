@@ -110,7 +110,8 @@ impl RowsWriter {
     }
 
     /// Ends the current row (empty if nothing was written since the last end). The buffer of
-    /// one answer stays far below 4 GiB (a batch's rows are bounded by the message size).
+    /// one answer stays far below 4 GiB: a data node reads at most `MAX_BATCH_OPS` (1,000)
+    /// keys per batch, each row at most `MAX_ROW_BYTES` (64 KiB).
     pub fn end_row(&mut self) {
         self.ends.push(u32::try_from(self.data.len()).expect("an answer's rows fit in 4 GiB"));
     }
