@@ -126,8 +126,6 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: boo
             }
             let table = table_of(&map, op.table)?;
             let keep = wanted(table, &op.columns)?;
-            // One buffer for all the rows: an allocation and a copy per row were a tenth of a
-            // data node's CPU on sysbench's 100-key ranges.
             let mut parts = Vec::with_capacity(op.keys.len());
             for (key, partition) in &op.keys {
                 let (table, part) = targets.get(op.table, *partition)?;
@@ -179,7 +177,9 @@ fn read_range(
 /// per key, in two passes: first where each key's row is, then the rows. A lookup is a chain
 /// of dependent memory reads (hash table, slot, row) that mostly miss the cache; with the
 /// lookups back to back the CPU overlaps the misses of several keys, where a row copied and
-/// projected between one lookup and the next kept about one in flight.
+/// projected between one lookup and the next kept about one in flight. All the rows go into
+/// one buffer: an allocation and a copy per row were a tenth of a data node's CPU on
+/// sysbench's 100-key ranges.
 fn lookup_many<K: AsRef<[u8]>>(
     table: &Table,
     reads: &[(K, Option<&Partition>)],
