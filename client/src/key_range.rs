@@ -4,8 +4,9 @@
 //! the client sends each data node serving the table one operation naming the run's start, its
 //! length and the partitions that node answers for; the node counts through the run, keeps
 //! the keys that hash to those partitions and sends back a row per key of the run (empty
-//! where it has none: `shoal_proto::packed_rows`). Encoding and sending the keys of sysbench's 100-key ranges was a tenth of a SQL
-//! node's instructions per `oltp_read_write` transaction.
+//! where it has none: `shoal_proto::packed_rows`). Encoding and sending the keys of
+//! sysbench's 100-key ranges was a tenth of a SQL node's instructions per `oltp_read_write`
+//! transaction.
 //!
 //! A range read asks every node that serves a partition of the table, whether or not a key of
 //! the run lands there, so short runs go key by key (`Client::read_many`), as does any run
