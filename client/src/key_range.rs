@@ -15,7 +15,7 @@
 use shoal_proto::packed_rows::PackedRows;
 use shoal_proto::{codec, pb, ClusterState, ColumnType, NodeId, PartitionId, ShoalError, Table, Value};
 
-use crate::{route, Client, Row};
+use crate::{route, Client, Row, RowDecoder, Values};
 
 /// Fewest keys per partition of the table a run needs to go as range reads.
 const MIN_KEYS_PER_PARTITION: u32 = 2;
@@ -53,34 +53,35 @@ fn shares(
 }
 
 /// The rows of a run of `count` keys from the answers of every share's range read, in key
-/// order; None when an answer is anything but a clean one (an error, not one row per key of
+/// order, decoded by `rows`; None when an answer is anything but a clean one (an error, not one row per key of
 /// the run, a key answered by two nodes, or the older form without packed rows that a data
 /// node predating packing sends): the run then goes key by key.
-fn merge(
+fn merge<D: RowDecoder>(
     table: &Table,
     count: u32,
     answers: Vec<Result<Vec<pb::OpResult>, ShoalError>>,
-) -> Option<Result<Vec<Row>, ShoalError>> {
+    rows: &D,
+) -> Option<Result<Vec<D::Row>, ShoalError>> {
     let mut shares = Vec::with_capacity(answers.len());
     for answer in answers {
         let [mut r] = <[pb::OpResult; 1]>::try_from(answer.ok()?).ok()?;
         if r.error.is_some() || !r.row_offsets.is_empty() {
             return None;
         }
-        let rows = PackedRows::from_pb(&mut r).ok()?;
-        if rows.len() != count as usize {
+        let packed = PackedRows::from_pb(&mut r).ok()?;
+        if packed.len() != count as usize {
             return None;
         }
-        shares.push(rows);
+        shares.push(packed);
     }
     let mut out = Vec::with_capacity(count as usize);
     for at in 0..count as usize {
-        let mut found = shares.iter().map(|rows| rows.get(at)).filter(|row| !row.is_empty());
+        let mut found = shares.iter().map(|share| share.get(at)).filter(|row| !row.is_empty());
         let Some(row) = found.next() else { continue };
         if found.next().is_some() {
             return None;
         }
-        out.push(codec::decode_row(table, row));
+        out.push(rows.decode(table, row));
     }
     Some(out.into_iter().collect())
 }
@@ -102,13 +103,25 @@ impl Client {
         count: u32,
         columns: &[u32],
     ) -> Result<Vec<Row>, ShoalError> {
+        self.read_key_range_as(table, lo, count, columns, &Values).await
+    }
+
+    /// [`Client::read_key_range`], the rows decoded by `rows`.
+    pub async fn read_key_range_as<D: RowDecoder>(
+        &self,
+        table: &str,
+        lo: i128,
+        count: u32,
+        columns: &[u32],
+        rows: &D,
+    ) -> Result<Vec<D::Row>, ShoalError> {
         let map = self.map();
         if let Some(t) = map.table(table) {
             let start = codec::int_key_run(t, lo, count)
                 .filter(|_| count >= t.partition_count.saturating_mul(MIN_KEYS_PER_PARTITION));
             if let Some(start) = start {
-                if let Some(rows) = self.range_read(&map, t, start, count, columns).await {
-                    return rows;
+                if let Some(found) = self.range_read(&map, t, start, count, columns, rows).await {
+                    return found;
                 }
                 // A node that failed, a map that changed, or a data node too old to know range
                 // reads (it answers an error: the read names no key).
@@ -116,18 +129,20 @@ impl Client {
             }
         }
         let keys = run_keys(&map, table, lo, count);
-        self.read_many(table, keys, columns).await.into_iter().filter_map(Result::transpose).collect()
+        let found = self.read_many(table, keys, columns).await.into_iter().filter_map(Result::transpose);
+        found.map(|row| row.map(|row| rows.convert(row))).collect()
     }
 
     /// One range read per node serving `t`; None when anything failed.
-    async fn range_read(
+    async fn range_read<D: RowDecoder>(
         &self,
         map: &ClusterState,
         t: &Table,
         start: u64,
         count: u32,
         columns: &[u32],
-    ) -> Option<Result<Vec<Row>, ShoalError>> {
+        rows: &D,
+    ) -> Option<Result<Vec<D::Row>, ShoalError>> {
         let read_backup = self.inner.opts.read_backup;
         let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let sends = shares(map, t, read_backup, spread)?.into_iter().map(|(node, partitions)| {
@@ -143,7 +158,7 @@ impl Client {
             };
             self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], schema_version: 0 })
         });
-        merge(t, count, futures::future::join_all(sends).await)
+        merge(t, count, futures::future::join_all(sends).await, rows)
     }
 }
 
@@ -172,21 +187,21 @@ mod tests {
         // B); key 14 has no row.
         let a = answer(&[row(&t, 10), row(&t, 11), none(), row(&t, 13), none()]);
         let b = answer(&[none(), none(), row(&t, 12), none(), none()]);
-        let rows = merge(&t, 5, vec![a.clone(), b]).unwrap().unwrap();
+        let rows = merge(&t, 5, vec![a.clone(), b], &Values).unwrap().unwrap();
         let keys: Vec<_> = rows.iter().map(|r| r[0].clone()).collect();
         assert_eq!(keys, [10, 11, 12, 13].map(Value::Int));
         assert_eq!(rows[2][1], Value::Text("r12".into()));
         // An error, an answer not one row per key, a key answered twice, the older form.
         let err = Ok(vec![pb::OpResult { error: Some(ShoalError::internal("x").into()), ..Default::default() }]);
-        assert!(merge(&t, 5, vec![err]).is_none());
-        assert!(merge(&t, 5, vec![Err(ShoalError::internal("down"))]).is_none());
-        assert!(merge(&t, 5, vec![answer(&[row(&t, 10)])]).is_none());
-        assert!(merge(&t, 5, vec![a.clone(), a]).is_none());
-        assert!(merge(&t, 5, vec![Ok(vec![])]).is_none());
+        assert!(merge(&t, 5, vec![err], &Values).is_none());
+        assert!(merge(&t, 5, vec![Err(ShoalError::internal("down"))], &Values).is_none());
+        assert!(merge(&t, 5, vec![answer(&[row(&t, 10)])], &Values).is_none());
+        assert!(merge(&t, 5, vec![a.clone(), a], &Values).is_none());
+        assert!(merge(&t, 5, vec![Ok(vec![])], &Values).is_none());
         let older = pb::OpResult { rows: vec![row(&t, 10)], row_offsets: vec![0], ..Default::default() };
-        assert!(merge(&t, 1, vec![Ok(vec![older])]).is_none());
+        assert!(merge(&t, 1, vec![Ok(vec![older])], &Values).is_none());
         // A damaged row is an error, not a missing row.
-        assert!(merge(&t, 1, vec![answer(&[row(&t, 10).slice(..2)])]).unwrap().is_err());
+        assert!(merge(&t, 1, vec![answer(&[row(&t, 10).slice(..2)])], &Values).unwrap().is_err());
     }
 
     #[test]

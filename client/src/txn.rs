@@ -17,7 +17,7 @@ use shoal_proto::convert::check;
 use shoal_proto::pb;
 use shoal_proto::{ErrorCode, NodeId, PartitionId, ShoalError, TableId};
 
-use crate::{Client, Durability, KeyOp, OpOutcome, Result, Row};
+use crate::{Client, Durability, KeyOp, OpOutcome, Result, Row, RowDecoder, Values};
 
 /// The lock a read takes in a transaction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -176,11 +176,24 @@ impl Transaction {
     /// own anywhere (its reads before its writes), key by key through the transaction
     /// otherwise, so it sees its own pending writes.
     pub async fn read_key_range(&mut self, table: &str, lo: i128, count: u32, columns: &[u32]) -> Result<Vec<Row>> {
+        self.read_key_range_as(table, lo, count, columns, &Values).await
+    }
+
+    /// [`Transaction::read_key_range`], the rows decoded by `rows`.
+    pub async fn read_key_range_as<D: RowDecoder>(
+        &mut self,
+        table: &str,
+        lo: i128,
+        count: u32,
+        columns: &[u32],
+        rows: &D,
+    ) -> Result<Vec<D::Row>> {
         if !self.finished && self.parts.is_empty() {
-            return self.client.read_key_range(table, lo, count, columns).await;
+            return self.client.read_key_range_as(table, lo, count, columns, rows).await;
         }
         let keys = self.client.run_keys(table, lo, count);
-        self.get_many_columns(table, keys, columns).await.into_iter().filter_map(Result::transpose).collect()
+        let found = self.get_many_columns(table, keys, columns).await.into_iter().filter_map(Result::transpose);
+        found.map(|row| row.map(|row| rows.convert(row))).collect()
     }
 
     /// Runs operations in the transaction, batched per data node.

@@ -420,10 +420,38 @@ fn var_value(data: &[u8], mut at: usize) -> Result<(usize, usize), ShoalError> {
     Ok((at, end))
 }
 
+/// One column's value in an encoded row, borrowing its text or bytes from the row: what
+/// [`decode_fields`] hands out, so a caller with its own value type (a SQL node's) builds it
+/// straight from the row instead of from a [`Value`] made first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Field<'a> {
+    Null,
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Text(&'a str),
+    Bytes(&'a [u8]),
+    Bool(bool),
+}
+
+impl Field<'_> {
+    pub fn to_value(self) -> Value {
+        match self {
+            Field::Null => Value::Null,
+            Field::Int(v) => Value::Int(v),
+            Field::Uint(v) => Value::Uint(v),
+            Field::Float(v) => Value::Float(v),
+            Field::Text(s) => Value::Text(s.to_owned()),
+            Field::Bytes(b) => Value::Bytes(b.to_vec()),
+            Field::Bool(b) => Value::Bool(b),
+        }
+    }
+}
+
 /// Decodes a row written by [`encode_row`] for the same table layout.
 pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> {
     let mut out = Vec::with_capacity(table.columns().len());
-    decode_with(table, data, |_| true, |_, v| out.push(v))?;
+    decode_fields(table, data, |_| true, |_, f| out.push(f.to_value()))?;
     Ok(out)
 }
 
@@ -431,13 +459,13 @@ pub fn decode_row(table: &Table, data: &[u8]) -> Result<Vec<Value>, ShoalError> 
 /// entry needs its few columns, not a copy of every text column of the row.
 pub fn decode_columns(table: &Table, data: &[u8], columns: &[u32]) -> Result<Vec<Value>, ShoalError> {
     let mut out = vec![Value::Null; columns.len()];
-    decode_with(
+    decode_fields(
         table,
         data,
         |i| columns.contains(&(i as u32)),
-        |i, v| {
+        |i, f| {
             for (slot, _) in out.iter_mut().zip(columns).filter(|(_, &c)| c as usize == i) {
-                *slot = v.clone();
+                *slot = f.to_value();
             }
         },
     )?;
@@ -446,11 +474,11 @@ pub fn decode_columns(table: &Table, data: &[u8], columns: &[u32]) -> Result<Vec
 
 /// Walks an encoded row, handing `take` the value of each column `wanted` says (NULL too), in
 /// column order.
-fn decode_with(
+pub fn decode_fields<'a>(
     table: &Table,
-    data: &[u8],
+    data: &'a [u8],
     wanted: impl Fn(usize) -> bool,
-    mut take: impl FnMut(usize, Value),
+    mut take: impl FnMut(usize, Field<'a>),
 ) -> Result<(), ShoalError> {
     let cols = table.columns();
     let bitmap = cols.len().div_ceil(8);
@@ -467,7 +495,7 @@ fn decode_with(
         off += w;
         if is_null(i) {
             if wanted(i) {
-                take(i, Value::Null);
+                take(i, Field::Null);
             }
             continue;
         }
@@ -481,16 +509,16 @@ fn decode_with(
                 }
                 let bytes = &data[start..end];
                 if c.ty == ColumnType::Text {
-                    Value::Text(String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("invalid UTF-8"))?)
+                    Field::Text(std::str::from_utf8(bytes).map_err(|_| corrupt("invalid UTF-8"))?)
                 } else {
-                    Value::Bytes(bytes.to_vec())
+                    Field::Bytes(bytes)
                 }
             }
             _ if !wanted(i) => continue,
-            ColumnType::Int => Value::Int(i64::from_le_bytes(eight())),
-            ColumnType::Uint => Value::Uint(u64::from_le_bytes(eight())),
-            ColumnType::Float => Value::Float(f64::from_bits(u64::from_le_bytes(eight()))),
-            ColumnType::Bool => Value::Bool(slot[0] != 0),
+            ColumnType::Int => Field::Int(i64::from_le_bytes(eight())),
+            ColumnType::Uint => Field::Uint(u64::from_le_bytes(eight())),
+            ColumnType::Float => Field::Float(f64::from_bits(u64::from_le_bytes(eight()))),
+            ColumnType::Bool => Field::Bool(slot[0] != 0),
         };
         take(i, v);
     }

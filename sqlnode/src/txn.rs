@@ -12,7 +12,7 @@
 
 use std::sync::atomic::Ordering;
 
-use shoal_client::{KeyOp, LockMode, OpOutcome};
+use shoal_client::{KeyOp, LockMode, OpOutcome, RowDecoder};
 use shoal_proto::{ErrorCode, ShoalError, Value};
 
 use crate::error::SqlResult;
@@ -120,29 +120,30 @@ impl Session {
     /// where they can be (`Client::read_key_range`), locking ones key by key.
     ///
     /// [`Access::KeyRun`]: crate::sql::plan::Access::KeyRun
-    pub(crate) async fn kv_key_run(
+    pub(crate) async fn kv_key_run<D: RowDecoder>(
         &self,
         table: &str,
         lo: i128,
         count: u32,
         columns: &[u32],
-    ) -> Result<Vec<Vec<Value>>, ShoalError> {
+        rows: &D,
+    ) -> Result<Vec<D::Row>, ShoalError> {
         if !self.in_cluster_txn().await {
-            return self.client().read_key_range(table, lo, count, columns).await;
+            return self.client().read_key_range_as(table, lo, count, columns, rows).await;
         }
         if self.read_lock() == LockMode::None {
             let out = {
                 let mut t = self.txn.lock().await;
                 match t.as_mut() {
-                    Some(tx) => tx.read_key_range(table, lo, count, columns).await,
-                    None => return self.client().read_key_range(table, lo, count, columns).await,
+                    Some(tx) => tx.read_key_range_as(table, lo, count, columns, rows).await,
+                    None => return self.client().read_key_range_as(table, lo, count, columns, rows).await,
                 }
             };
             self.drop_if_aborted(out.as_ref().err()).await;
             return out;
         }
         let keys = self.client().run_keys(table, lo, count);
-        Ok(self.kv_batch_get(table, keys, columns).await?.into_iter().flatten().collect())
+        Ok(self.kv_batch_get(table, keys, columns).await?.into_iter().flatten().map(|row| rows.convert(row)).collect())
     }
 
     /// Opens a transaction for one statement when autocommit is on and none is open; returns

@@ -15,7 +15,9 @@
 //! The declared type is kept in `Column::sql_type` (canonical lower-case text such as
 //! `varchar(20)` or `decimal(10,2)`) and parsed back by [`SqlType::parse_stored`].
 
-use shoal_proto::{Column, ColumnType, Value, MAX_ROW_BYTES};
+use shoal_client::RowDecoder;
+use shoal_proto::codec::{self, Field};
+use shoal_proto::{Column, ColumnType, ShoalError, Table, Value, MAX_ROW_BYTES};
 use sqlparser::ast::{CharacterLength, DataType, ExactNumberInfo};
 
 use crate::error::{code, SqlError, SqlResult};
@@ -460,6 +462,20 @@ impl SqlType {
         }
     }
 
+    /// [`SqlType::load`] of a value read straight from an encoded row.
+    pub fn load_field(self, f: Field<'_>) -> Val {
+        match (self, f) {
+            (_, Field::Null) => Val::Null,
+            (SqlType::Decimal { s, .. }, Field::Int(m)) => Val::Dec(Dec::new(i128::from(m), s)),
+            (_, Field::Int(i)) => Val::Int(i),
+            (_, Field::Uint(u)) => Val::UInt(u),
+            (_, Field::Float(f)) => Val::Float(f),
+            (_, Field::Text(s)) => Val::Str(s.to_owned()),
+            (_, Field::Bytes(b)) => Val::Bytes(b.to_vec()),
+            (_, Field::Bool(b)) => Val::bool(b),
+        }
+    }
+
     /// [`SqlType::load`] taking the value: its text or bytes move instead of being copied.
     pub fn load_owned(self, v: Value) -> Val {
         match v {
@@ -543,6 +559,25 @@ fn parse_int_text(s: &str) -> Option<i128> {
     }
     let d = Dec::parse(t)?;
     Some(d.rescale(0)?.m)
+}
+
+/// Rows read as the SQL values of a table's column types (`types`, in column order), decoded
+/// straight from the data nodes' encoded rows: no [`Value`] row is built on the way. Columns
+/// past the end of `types` are left out, as zipping a stored row with them leaves them out.
+pub struct SqlRows<'a>(pub &'a [SqlType]);
+
+impl RowDecoder for SqlRows<'_> {
+    type Row = Vec<Val>;
+
+    fn decode(&self, table: &Table, data: &[u8]) -> Result<Vec<Val>, ShoalError> {
+        let mut out = Vec::with_capacity(self.0.len());
+        codec::decode_fields(table, data, |i| i < self.0.len(), |i, f| out.push(self.0[i].load_field(f)))?;
+        Ok(out)
+    }
+
+    fn convert(&self, row: Vec<Value>) -> Vec<Val> {
+        row.into_iter().zip(self.0).map(|(v, ty)| ty.load_owned(v)).collect()
+    }
 }
 
 /// What the result-set metadata says about a column, and how the binary protocol encodes it.
@@ -730,6 +765,91 @@ mod tests {
             Value::Text("2024-01-02 00:00:00.000".into())
         );
         assert_eq!(SqlType::Float.store("c", &Val::Float(1.1), 1).unwrap(), Value::Float(f64::from(1.1f32)));
+    }
+
+    #[test]
+    fn rows_decode_straight_into_sql_values_as_through_stored_values() {
+        use shoal_proto::TableSpec;
+        let col = |name: &str, ty| Column { max_len: 100, ..Column::new(name, ty).nullable() };
+        let spec = TableSpec {
+            name: "d.t".into(),
+            columns: vec![
+                Column::new("id", ColumnType::Int),
+                col("u", ColumnType::Uint),
+                col("price", ColumnType::Int),
+                col("f", ColumnType::Float),
+                col("s", ColumnType::Text),
+                col("b", ColumnType::Bytes),
+                col("flag", ColumnType::Bool),
+                col("extra", ColumnType::Text),
+            ],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let (spec, hidden_pk) = spec.normalize().unwrap();
+        let table =
+            Table { id: 1, spec, partition_count: 2, schema_version: 1, hidden_pk, indexes: vec![], read_only: false };
+        // The SQL node's types of the first seven columns: `extra` is past them.
+        let types = [
+            SqlType::Int { kind: IntKind::Big, unsigned: false, width: None },
+            SqlType::Int { kind: IntKind::Big, unsigned: true, width: None },
+            SqlType::Decimal { p: 10, s: 2 },
+            SqlType::Double,
+            SqlType::Varchar(100),
+            SqlType::Varbinary(100),
+            SqlType::Int { kind: IntKind::Tiny, unsigned: false, width: Some(1) },
+        ];
+        let rows = SqlRows(&types);
+        let stored = [
+            vec![
+                Value::Int(-7),
+                Value::Uint(u64::MAX),
+                Value::Int(12345),
+                Value::Float(2.5),
+                Value::Text("äöü".into()),
+                Value::Bytes(vec![0, 255]),
+                Value::Bool(true),
+                Value::Text("x".into()),
+            ],
+            vec![
+                Value::Int(1),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ],
+        ];
+        for row in stored {
+            let data = codec::encode_row(&table, &row).unwrap();
+            let direct = rows.decode(&table, &data).unwrap();
+            assert_eq!(direct, rows.convert(codec::decode_row(&table, &data).unwrap()));
+            assert_eq!(direct.len(), types.len());
+        }
+        let first = rows
+            .decode(
+                &table,
+                &codec::encode_row(
+                    &table,
+                    &[
+                        Value::Int(3),
+                        Value::Null,
+                        Value::Int(150),
+                        Value::Null,
+                        Value::Null,
+                        Value::Null,
+                        Value::Null,
+                        Value::Null,
+                    ],
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(first[2].to_string_lossy().unwrap(), "1.50");
+        // A damaged row is an error.
+        assert!(rows.decode(&table, &[0]).is_err());
     }
 
     #[test]
