@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use shoal_proto::codec::{decode_columns, encode_index_key};
+use shoal_proto::codec::{column_bytes, decode_columns, encode_index_key};
 use shoal_proto::{IndexSpec, ShoalError, Table, Value};
 
 /// Bookkeeping bytes charged per index entry on top of its bytes.
@@ -122,6 +122,17 @@ impl OrderedIndex {
         let prefix = out.len() as u32;
         out.extend_from_slice(key);
         Some((out.into_boxed_slice(), prefix))
+    }
+
+    /// Whether rows `a` and `b` hold the same values in the index's columns, so a write from
+    /// one to the other leaves the entry as it is (an UPDATE of other columns: sysbench's
+    /// UPDATE of `c`). Compared in place: building both entries to compare them was 4% of a
+    /// data node's CPU under 4 such UPDATEs per transaction. False when a row cannot be read.
+    pub fn same_entry(&self, table: &Table, a: &[u8], b: &[u8]) -> bool {
+        self.spec.columns.iter().all(|&c| {
+            let (x, y) = (column_bytes(table, a, c as usize), column_bytes(table, b, c as usize));
+            matches!((x, y), (Ok(x), Ok(y)) if x == y)
+        })
     }
 
     /// Adds an entry; returns the bytes to charge.
@@ -299,5 +310,24 @@ mod tests {
         assert!(s.index(1).is_none());
         s.clear();
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn an_entry_is_the_same_only_when_its_columns_hold_the_same_bits() {
+        let t = table();
+        let [by_v, by_f] = [0, 1].map(|i| OrderedIndex::new(t.indexes[i].clone()));
+        let row = |v: Option<i64>, f: f64| {
+            encode_row(&t, &[Value::Int(1), v.map_or(Value::Null, Value::Int), Value::Float(f)]).unwrap()
+        };
+        assert!(by_v.same_entry(&t, &row(Some(2), 1.0), &row(Some(2), 3.0)));
+        assert!(!by_v.same_entry(&t, &row(Some(2), 1.0), &row(Some(3), 1.0)));
+        assert!(!by_v.same_entry(&t, &row(Some(2), 1.0), &row(None, 1.0)));
+        assert!(by_v.same_entry(&t, &row(None, 1.0), &row(None, 2.0)));
+        assert!(by_f.same_entry(&t, &row(Some(2), 1.0), &row(None, 1.0)));
+        // -0.0 equals 0.0 as a number but not as index key bytes.
+        assert!(!by_f.same_entry(&t, &row(None, 0.0), &row(None, -0.0)));
+        assert!(by_f.same_entry(&t, &row(None, f64::NAN), &row(None, f64::NAN)));
+        // A row that cannot be read is never the same.
+        assert!(!by_v.same_entry(&t, &row(Some(2), 1.0), &[0]));
     }
 }

@@ -385,6 +385,9 @@ fn index_update(
     let Some(table) = layout else { return (0, 0) };
     let (mut charge, mut freed) = (0, 0);
     for ix in indexes {
+        if ix.same_entry(table, old, new) {
+            continue;
+        }
         let (was, now) = (ix.entry(table, key, old), ix.entry(table, key, new));
         if let (Some((w, _)), Some((n, _))) = (&was, &now) {
             if w == n {

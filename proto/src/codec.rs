@@ -557,6 +557,35 @@ pub fn project_row_into(table: &Table, data: &[u8], keep: &[bool], out: &mut Vec
     Ok(())
 }
 
+/// The stored bytes of `column` in an encoded row (its fixed slot, or its variable-width
+/// value without the length); None when it is NULL. Two rows hold the same value in a column
+/// exactly when these are equal (floats by their bits: -0.0 and 0.0 differ).
+pub fn column_bytes<'a>(table: &Table, data: &'a [u8], column: usize) -> Result<Option<&'a [u8]>, ShoalError> {
+    let cols = table.columns();
+    let c = cols.get(column).ok_or_else(|| corrupt("no such column"))?;
+    let bitmap = cols.len().div_ceil(8);
+    let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
+    if data.len() < bitmap + fixed {
+        return Err(corrupt("shorter than its fixed part"));
+    }
+    let is_null = |i: usize| data[i / 8] & (1 << (i % 8)) != 0;
+    if is_null(column) {
+        return Ok(None);
+    }
+    if !c.ty.is_var() {
+        let off = bitmap + cols[..column].iter().map(|c| fixed_width(c.ty)).sum::<usize>();
+        return Ok(Some(&data[off..off + fixed_width(c.ty)]));
+    }
+    let mut var = bitmap + fixed;
+    for (i, c) in cols[..column].iter().enumerate() {
+        if c.ty.is_var() && !is_null(i) {
+            var = var_value(data, var)?.1;
+        }
+    }
+    let (start, end) = var_value(data, var)?;
+    Ok(Some(&data[start..end]))
+}
+
 /// Byte offset of a fixed-width column inside an encoded row, for filters that read one column
 /// without decoding the row. None for variable-width columns.
 pub fn fixed_offset(table: &Table, column: usize) -> Option<usize> {
@@ -588,6 +617,36 @@ mod tests {
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
         Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
+    }
+
+    #[test]
+    fn a_columns_stored_bytes_are_read_in_place() {
+        let t = table();
+        let row = |name: Option<&str>, score: f64, blob: Option<&[u8]>| {
+            let v = [
+                Value::Int(7),
+                name.map_or(Value::Null, |n| Value::Text(n.into())),
+                Value::Float(score),
+                Value::Bool(true),
+                blob.map_or(Value::Null, |b| Value::Bytes(b.to_vec())),
+            ];
+            encode_row(&t, &v).unwrap()
+        };
+        let r = row(Some("abc"), -0.0, Some(b"\x00\x01"));
+        assert_eq!(column_bytes(&t, &r, 0).unwrap(), Some(&7i64.to_le_bytes()[..]));
+        assert_eq!(column_bytes(&t, &r, 1).unwrap(), Some(&b"abc"[..]));
+        assert_eq!(column_bytes(&t, &r, 2).unwrap(), Some(&(-0.0f64).to_bits().to_le_bytes()[..]));
+        assert_eq!(column_bytes(&t, &r, 3).unwrap(), Some(&[1u8][..]));
+        assert_eq!(column_bytes(&t, &r, 4).unwrap(), Some(&b"\x00\x01"[..]));
+        // A variable-width value after a NULL one; a NULL.
+        let r = row(None, 0.0, Some(b"z"));
+        assert_eq!(column_bytes(&t, &r, 1).unwrap(), None);
+        assert_eq!(column_bytes(&t, &r, 4).unwrap(), Some(&b"z"[..]));
+        assert_ne!(column_bytes(&t, &r, 2).unwrap(), column_bytes(&t, &row(None, -0.0, None), 2).unwrap());
+        // Damaged rows and unknown columns are errors.
+        assert!(column_bytes(&t, &r[..3], 0).is_err());
+        assert!(column_bytes(&t, &r[..r.len() - 1], 4).is_err());
+        assert!(column_bytes(&t, &r, 9).is_err());
     }
 
     #[test]
