@@ -53,9 +53,9 @@ fn shares(
 }
 
 /// The rows of a run of `count` keys from the answers of every share's range read, in key
-/// order, decoded by `rows`; None when an answer is anything but a clean one (an error, not one row per key of
-/// the run, a key answered by two nodes, or the older form without packed rows that a data
-/// node predating packing sends): the run then goes key by key.
+/// order, decoded by `rows`; None when an answer is anything but a clean one (an error, not
+/// one row per key of the run, a key answered by two nodes, or the older form without packed
+/// rows that a data node predating packing sends): the run then goes key by key.
 fn merge<D: RowDecoder>(
     table: &Table,
     count: u32,

@@ -2,7 +2,8 @@
 //! carrying all their encoded keys (`Op.keys`), answered by one result with a row per key
 //! (packed: `shoal_proto::packed_rows`). Framing per key — an `Op` and an `OpResult` each,
 //! with the table, the wanted columns and the flags repeated — was a large part of what a
-//! 100-row range read cost on both ends. Callers keep seeing one result per operation: [`unpack`] splits the answer.
+//! 100-row range read cost on both ends. Callers keep seeing one result per operation:
+//! [`unpack`] splits the answer.
 
 use shoal_proto::packed_rows::PackedRows;
 use shoal_proto::pb;

@@ -392,6 +392,17 @@ pub fn encode_row(table: &Table, row: &[Value]) -> Result<Vec<u8>, ShoalError> {
     Ok(out)
 }
 
+/// The length of an encoded row's null bitmap and where its variable part starts (after the
+/// fixed slots), once the row is checked to be at least that long.
+fn fixed_part(cols: &[Column], data: &[u8]) -> Result<(usize, usize), ShoalError> {
+    let bitmap = cols.len().div_ceil(8);
+    let var_start = bitmap + cols.iter().map(|c| fixed_width(c.ty)).sum::<usize>();
+    if data.len() < var_start {
+        return Err(corrupt("shorter than its fixed part"));
+    }
+    Ok((bitmap, var_start))
+}
+
 fn corrupt(what: &str) -> ShoalError {
     err(ErrorCode::Internal, format!("corrupt row: {what}"))
 }
@@ -432,6 +443,20 @@ pub enum Field<'a> {
     Text(&'a str),
     Bytes(&'a [u8]),
     Bool(bool),
+}
+
+impl<'a> From<&'a Value> for Field<'a> {
+    fn from(v: &'a Value) -> Field<'a> {
+        match v {
+            Value::Null => Field::Null,
+            Value::Int(v) => Field::Int(*v),
+            Value::Uint(v) => Field::Uint(*v),
+            Value::Float(v) => Field::Float(*v),
+            Value::Text(s) => Field::Text(s),
+            Value::Bytes(b) => Field::Bytes(b),
+            Value::Bool(b) => Field::Bool(*b),
+        }
+    }
 }
 
 impl Field<'_> {
@@ -481,14 +506,10 @@ pub fn decode_fields<'a>(
     mut take: impl FnMut(usize, Field<'a>),
 ) -> Result<(), ShoalError> {
     let cols = table.columns();
-    let bitmap = cols.len().div_ceil(8);
-    let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
-    if data.len() < bitmap + fixed {
-        return Err(corrupt("shorter than its fixed part"));
-    }
+    let (bitmap, var_start) = fixed_part(cols, data)?;
     let is_null = |i: usize| data[i / 8] & (1 << (i % 8)) != 0;
     let mut off = bitmap;
-    let mut var = bitmap + fixed;
+    let mut var = var_start;
     for (i, c) in cols.iter().enumerate() {
         let w = fixed_width(c.ty);
         let slot = &data[off..off + w];
@@ -531,14 +552,10 @@ pub fn decode_fields<'a>(
 /// NULL). On an error `out` may hold part of the row.
 pub fn project_row_into(table: &Table, data: &[u8], keep: &[bool], out: &mut Vec<u8>) -> Result<(), ShoalError> {
     let cols = table.columns();
-    let bitmap = cols.len().div_ceil(8);
-    let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
-    if data.len() < bitmap + fixed {
-        return Err(corrupt("shorter than its fixed part"));
-    }
+    let (_, var_start) = fixed_part(cols, data)?;
     let start = out.len();
-    out.extend_from_slice(&data[..bitmap + fixed]);
-    let mut var = bitmap + fixed;
+    out.extend_from_slice(&data[..var_start]);
+    let mut var = var_start;
     for (i, c) in cols.iter().enumerate() {
         let kept = keep.get(i).copied().unwrap_or(false);
         let null = data[i / 8] & (1 << (i % 8)) != 0;
@@ -563,20 +580,15 @@ pub fn project_row_into(table: &Table, data: &[u8], keep: &[bool], out: &mut Vec
 pub fn column_bytes<'a>(table: &Table, data: &'a [u8], column: usize) -> Result<Option<&'a [u8]>, ShoalError> {
     let cols = table.columns();
     let c = cols.get(column).ok_or_else(|| corrupt("no such column"))?;
-    let bitmap = cols.len().div_ceil(8);
-    let fixed: usize = cols.iter().map(|c| fixed_width(c.ty)).sum();
-    if data.len() < bitmap + fixed {
-        return Err(corrupt("shorter than its fixed part"));
-    }
+    let (_, var_start) = fixed_part(cols, data)?;
     let is_null = |i: usize| data[i / 8] & (1 << (i % 8)) != 0;
     if is_null(column) {
         return Ok(None);
     }
-    if !c.ty.is_var() {
-        let off = bitmap + cols[..column].iter().map(|c| fixed_width(c.ty)).sum::<usize>();
+    if let Some(off) = fixed_offset(table, column) {
         return Ok(Some(&data[off..off + fixed_width(c.ty)]));
     }
-    let mut var = bitmap + fixed;
+    let mut var = var_start;
     for (i, c) in cols[..column].iter().enumerate() {
         if c.ty.is_var() && !is_null(i) {
             var = var_value(data, var)?.1;

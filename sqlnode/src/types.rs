@@ -450,16 +450,7 @@ impl SqlType {
 
     /// The SQL value of a stored value.
     pub fn load(self, v: &Value) -> Val {
-        match (self, v) {
-            (_, Value::Null) => Val::Null,
-            (SqlType::Decimal { s, .. }, Value::Int(m)) => Val::Dec(Dec::new(i128::from(*m), s)),
-            (_, Value::Int(i)) => Val::Int(*i),
-            (_, Value::Uint(u)) => Val::UInt(*u),
-            (_, Value::Float(f)) => Val::Float(*f),
-            (_, Value::Text(s)) => Val::Str(s.clone()),
-            (_, Value::Bytes(b)) => Val::Bytes(b.clone()),
-            (_, Value::Bool(b)) => Val::bool(*b),
-        }
+        self.load_field(Field::from(v))
     }
 
     /// [`SqlType::load`] of a value read straight from an encoded row.
