@@ -133,7 +133,7 @@ impl Session {
         mut take: impl FnMut(&[Value], Vec<Val>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
         let name = &t.table.spec.name;
-        let sql_rows = SqlRows(&t.types);
+        let sql_rows = SqlRows::new(&t.table, &t.types, columns);
         let mut f = |row: Vec<Value>| -> SqlResult<bool> {
             if keep_stored {
                 let vals = row.iter().zip(t.types.iter()).map(|(v, ty)| ty.load(v)).collect();

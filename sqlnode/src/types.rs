@@ -16,7 +16,7 @@
 //! `varchar(20)` or `decimal(10,2)`) and parsed back by [`SqlType::parse_stored`].
 
 use shoal_client::RowDecoder;
-use shoal_proto::codec::{self, Field};
+use shoal_proto::codec::{self, Field, FieldReader};
 use shoal_proto::{Column, ColumnType, ShoalError, Table, Value, MAX_ROW_BYTES};
 use sqlparser::ast::{CharacterLength, DataType, ExactNumberInfo};
 
@@ -555,19 +555,39 @@ fn parse_int_text(s: &str) -> Option<i128> {
 /// Rows read as the SQL values of a table's column types (`types`, in column order), decoded
 /// straight from the data nodes' encoded rows: no [`Value`] row is built on the way. Columns
 /// past the end of `types` are left out, as zipping a stored row with them leaves them out.
-pub struct SqlRows<'a>(pub &'a [SqlType]);
+pub struct SqlRows<'a> {
+    types: &'a [SqlType],
+    /// Where the wanted columns of the table's rows are.
+    reader: FieldReader,
+}
+
+impl<'a> SqlRows<'a> {
+    /// `table`'s rows with only `columns` decoded (empty: all of them); the others come out
+    /// NULL.
+    pub fn new(table: &Table, types: &'a [SqlType], columns: &[u32]) -> SqlRows<'a> {
+        let wanted = |i: usize| i < types.len() && (columns.is_empty() || columns.contains(&(i as u32)));
+        SqlRows { types, reader: FieldReader::new(table, wanted) }
+    }
+}
 
 impl RowDecoder for SqlRows<'_> {
     type Row = Vec<Val>;
 
     fn decode(&self, table: &Table, data: &[u8]) -> Result<Vec<Val>, ShoalError> {
-        let mut out = Vec::with_capacity(self.0.len());
-        codec::decode_fields(table, data, |i| i < self.0.len(), |i, f| out.push(self.0[i].load_field(f)))?;
+        let mut out = vec![Val::Null; self.types.len()];
+        let mut load = |i: usize, f| out[i] = self.types[i].load_field(f);
+        if table.id == self.reader.table() {
+            self.reader.read(data, load)?;
+        } else {
+            // Not the table this was made for (ALTER TABLE put another under the name since the
+            // statement was planned): every column, as a plain decoder.
+            codec::decode_fields(table, data, |i| i < self.types.len(), &mut load)?;
+        }
         Ok(out)
     }
 
     fn convert(&self, row: Vec<Value>) -> Vec<Val> {
-        row.into_iter().zip(self.0).map(|(v, ty)| ty.load_owned(v)).collect()
+        row.into_iter().zip(self.types).map(|(v, ty)| ty.load_owned(v)).collect()
     }
 }
 
@@ -790,7 +810,7 @@ mod tests {
             SqlType::Varbinary(100),
             SqlType::Int { kind: IntKind::Tiny, unsigned: false, width: Some(1) },
         ];
-        let rows = SqlRows(&types);
+        let rows = SqlRows::new(&table, &types, &[]);
         let stored = [
             vec![
                 Value::Int(-7),
@@ -813,11 +833,20 @@ mod tests {
                 Value::Null,
             ],
         ];
+        // Some columns only (the rest NULL), and rows of a table other than the one the
+        // decoder was made for (every column).
+        let some = SqlRows::new(&table, &types, &[4, 0]);
+        let other = Table { id: 2, ..table.clone() };
         for row in stored {
             let data = codec::encode_row(&table, &row).unwrap();
             let direct = rows.decode(&table, &data).unwrap();
             assert_eq!(direct, rows.convert(codec::decode_row(&table, &data).unwrap()));
             assert_eq!(direct.len(), types.len());
+            let part = some.decode(&table, &data).unwrap();
+            for (i, v) in part.iter().enumerate() {
+                assert_eq!(*v, if i == 0 || i == 4 { direct[i].clone() } else { Val::Null }, "column {i}");
+            }
+            assert_eq!(some.decode(&other, &data).unwrap(), direct);
         }
         let first = rows
             .decode(
