@@ -173,6 +173,9 @@ fn read_range(
     lookup_many(&reads, keep.as_ref())
 }
 
+/// Most bytes a many-row answer's buffer is sized for up front (it grows past that as needed).
+const MAX_PRESIZED_ANSWER: usize = 1 << 20;
+
 /// The rows of `reads`' keys (a key with no partition is not read here: its row is empty), one
 /// per key, in two passes: first where each key's row is, then the rows. A lookup is a chain
 /// of dependent memory reads (hash table, slot, row) that mostly miss the cache; with the
@@ -189,7 +192,8 @@ fn lookup_many<K: AsRef<[u8]>>(
     let found = places.iter().filter(|at| at.is_some()).count();
     let mut rows = RowsWriter::with_capacity(reads.len(), found * 64);
     // Sized again from the first row: most rows of a table are about as long, and growing the
-    // buffer by doubling copied it twice or three times for sysbench's 140-byte rows.
+    // buffer by doubling copied it twice or three times for sysbench's 140-byte rows. Not past
+    // `MAX_PRESIZED_ANSWER`, so one long first row cannot reserve a thousand times its size.
     let mut sized = false;
     for ((key, part), at) in reads.iter().zip(places) {
         if let (Some(part), Some(at)) = (part, at) {
@@ -200,7 +204,7 @@ fn lookup_many<K: AsRef<[u8]>>(
                 if !sized {
                     sized = true;
                     let row = rows.buf().len() - before;
-                    rows.buf().reserve(row * found.saturating_sub(1));
+                    rows.buf().reserve((row * found.saturating_sub(1)).min(MAX_PRESIZED_ANSWER));
                 }
             }
         }
