@@ -395,12 +395,17 @@ pub fn encode_row(table: &Table, row: &[Value]) -> Result<Vec<u8>, ShoalError> {
 /// The length of an encoded row's null bitmap and where its variable part starts (after the
 /// fixed slots), once the row is checked to be at least that long.
 fn fixed_part(cols: &[Column], data: &[u8]) -> Result<(usize, usize), ShoalError> {
-    let bitmap = cols.len().div_ceil(8);
-    let var_start = bitmap + cols.iter().map(|c| fixed_width(c.ty)).sum::<usize>();
+    let var_start = var_start(cols);
     if data.len() < var_start {
         return Err(corrupt("shorter than its fixed part"));
     }
-    Ok((bitmap, var_start))
+    Ok((cols.len().div_ceil(8), var_start))
+}
+
+/// Where the variable-width part of a row of these columns starts: after the null bitmap and
+/// the fixed slots.
+fn var_start(cols: &[Column]) -> usize {
+    cols.len().div_ceil(8) + cols.iter().map(|c| fixed_width(c.ty)).sum::<usize>()
 }
 
 fn corrupt(what: &str) -> ShoalError {
@@ -557,6 +562,50 @@ fn var_field(ty: ColumnType, bytes: &[u8]) -> Result<Field<'_>, ShoalError> {
     })
 }
 
+/// The variable-width columns of a table's rows that a reader of some columns must walk: those
+/// up to the last wanted one (the ones after it are neither walked nor checked). Worked out
+/// once for many rows, by [`FieldReader`] and [`Projection`].
+#[derive(Clone, Debug)]
+struct VarColumns {
+    /// Where the variable-width part of a row starts (after the bitmap and the fixed slots).
+    start: usize,
+    /// (column, wanted, type), in row order.
+    columns: Vec<(usize, bool, ColumnType)>,
+}
+
+impl VarColumns {
+    fn new(cols: &[Column], wanted: impl Fn(usize) -> bool) -> VarColumns {
+        let start = var_start(cols);
+        let mut columns: Vec<_> =
+            cols.iter().enumerate().filter(|(_, c)| c.ty.is_var()).map(|(i, c)| (i, wanted(i), c.ty)).collect();
+        while columns.last().is_some_and(|&(_, wanted, _)| !wanted) {
+            columns.pop();
+        }
+        VarColumns { start, columns }
+    }
+
+    /// Hands `take` each wanted variable-width column of `data` that is not NULL: the column,
+    /// its type, where its length starts and where its value starts and ends.
+    fn walk(
+        &self,
+        data: &[u8],
+        mut take: impl FnMut(usize, ColumnType, usize, usize, usize) -> Result<(), ShoalError>,
+    ) -> Result<(), ShoalError> {
+        let mut at = self.start;
+        for &(i, wanted, ty) in &self.columns {
+            if data[i / 8] & (1 << (i % 8)) != 0 {
+                continue;
+            }
+            let (start, end) = var_value(data, at)?;
+            if wanted {
+                take(i, ty, at, start, end)?;
+            }
+            at = end;
+        }
+        Ok(())
+    }
+}
+
 /// Reads some columns of many rows of one table, where each sits worked out once:
 /// [`decode_fields`] goes through the whole column list of every row, its types, null bits and
 /// fixed widths, and cost a SQL node 10% of its instructions on sysbench's 100-row ranges.
@@ -564,32 +613,23 @@ fn var_field(ty: ColumnType, bytes: &[u8]) -> Result<Field<'_>, ShoalError> {
 #[derive(Clone, Debug)]
 pub struct FieldReader {
     table: TableId,
-    var_start: usize,
     /// The wanted fixed-width columns: (column, offset of its slot, type).
     fixed: Vec<(usize, usize, ColumnType)>,
-    /// The variable-width columns up to the last wanted one: (column, wanted, type).
-    vars: Vec<(usize, bool, ColumnType)>,
+    vars: VarColumns,
 }
 
 impl FieldReader {
     pub fn new(table: &Table, wanted: impl Fn(usize) -> bool) -> FieldReader {
         let cols = table.columns();
         let mut off = cols.len().div_ceil(8);
-        let (mut fixed, mut vars) = (vec![], vec![]);
-        for (i, c) in cols.iter().enumerate() {
-            if c.ty.is_var() {
-                vars.push((i, wanted(i), c.ty));
-            } else {
-                if wanted(i) {
-                    fixed.push((i, off, c.ty));
-                }
-                off += fixed_width(c.ty);
+        let mut fixed = vec![];
+        for (i, c) in cols.iter().enumerate().filter(|(_, c)| !c.ty.is_var()) {
+            if wanted(i) {
+                fixed.push((i, off, c.ty));
             }
+            off += fixed_width(c.ty);
         }
-        while vars.last().is_some_and(|&(_, wanted, _)| !wanted) {
-            vars.pop();
-        }
-        FieldReader { table: table.id, var_start: off, fixed, vars }
+        FieldReader { table: table.id, fixed, vars: VarColumns::new(cols, wanted) }
     }
 
     /// The table whose rows this reads: rows of any other table id have another layout (a
@@ -601,7 +641,7 @@ impl FieldReader {
     /// Hands `take` the value of each wanted column of the encoded row `data` that is not NULL:
     /// the fixed-width ones first, then the variable-width ones, each in column order.
     pub fn read<'a>(&self, data: &'a [u8], mut take: impl FnMut(usize, Field<'a>)) -> Result<(), ShoalError> {
-        if data.len() < self.var_start {
+        if data.len() < self.vars.start {
             return Err(corrupt("shorter than its fixed part"));
         }
         let is_null = |i: usize| data[i / 8] & (1 << (i % 8)) != 0;
@@ -610,18 +650,10 @@ impl FieldReader {
                 take(i, fixed_field(ty, &data[off..off + fixed_width(ty)]));
             }
         }
-        let mut var = self.var_start;
-        for &(i, wanted, ty) in &self.vars {
-            if is_null(i) {
-                continue;
-            }
-            let (start, end) = var_value(data, var)?;
-            var = end;
-            if wanted {
-                take(i, var_field(ty, &data[start..end])?);
-            }
-        }
-        Ok(())
+        self.vars.walk(data, |i, ty, _, start, end| {
+            take(i, var_field(ty, &data[start..end])?);
+            Ok(())
+        })
     }
 }
 
@@ -632,14 +664,11 @@ impl FieldReader {
 /// sysbench's 100-row ranges.
 #[derive(Clone, Debug)]
 pub struct Projection {
-    /// Where the variable-width part starts: everything before it (null bitmap, fixed slots) is
-    /// copied as it is, the slots of dropped fixed-width columns too.
-    var_start: usize,
     /// The null-bitmap bits of the dropped columns, one byte per bitmap byte.
     drop_mask: Vec<u8>,
-    /// The variable-width columns up to the last one kept, in row order: (column, kept). The
-    /// dropped ones after it are not even walked.
-    vars: Vec<(usize, bool)>,
+    /// The kept variable-width columns. Everything before them (null bitmap, fixed slots) is
+    /// copied as it is, the slots of dropped fixed-width columns too.
+    vars: VarColumns,
 }
 
 impl Projection {
@@ -657,36 +686,23 @@ impl Projection {
         for (i, _) in keep.iter().enumerate().filter(|(_, k)| !**k) {
             drop_mask[i / 8] |= 1 << (i % 8);
         }
-        let mut vars: Vec<(usize, bool)> =
-            cols.iter().enumerate().filter(|(_, c)| c.ty.is_var()).map(|(i, _)| (i, keep[i])).collect();
-        while vars.last().is_some_and(|&(_, kept)| !kept) {
-            vars.pop();
-        }
-        let var_start = drop_mask.len() + cols.iter().map(|c| fixed_width(c.ty)).sum::<usize>();
-        Ok(Projection { var_start, drop_mask, vars })
+        Ok(Projection { drop_mask, vars: VarColumns::new(cols, |i| keep[i]) })
     }
 
     /// Appends the projection of the encoded row `data` to `out`. On an error `out` may hold
     /// part of the row.
     pub fn append(&self, data: &[u8], out: &mut Vec<u8>) -> Result<(), ShoalError> {
-        let head = data.get(..self.var_start).ok_or_else(|| corrupt("shorter than its fixed part"))?;
+        let head = data.get(..self.vars.start).ok_or_else(|| corrupt("shorter than its fixed part"))?;
         let start = out.len();
         out.extend_from_slice(head);
         for (b, m) in out[start..].iter_mut().zip(&self.drop_mask) {
             *b |= m;
         }
-        let mut var = self.var_start;
-        for &(i, kept) in &self.vars {
-            if data[i / 8] & (1 << (i % 8)) != 0 {
-                continue;
-            }
-            let (_, end) = var_value(data, var)?;
-            if kept {
-                out.extend_from_slice(&data[var..end]);
-            }
-            var = end;
-        }
-        Ok(())
+        // A kept value goes with its length in front.
+        self.vars.walk(data, |_, _, at, _, end| {
+            out.extend_from_slice(&data[at..end]);
+            Ok(())
+        })
     }
 }
 
