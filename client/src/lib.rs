@@ -18,7 +18,6 @@ mod read_many;
 mod txn;
 pub mod users;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +27,7 @@ use parking_lot::Mutex;
 use shoal_proto::codec::{self, check_row, encode_key};
 use shoal_proto::convert::{check, deltas_to_pb, values_from_pb, values_to_pb};
 use shoal_proto::filter::Filter;
+use shoal_proto::hash::IdMap;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient, mgmd_client::MgmdClient};
 pub use shoal_proto::Delta;
 use shoal_proto::{ClusterState, ErrorCode, NodeId, NodeState, PartitionId, ShoalError, Table, TableSpec, Value};
@@ -187,11 +187,11 @@ struct Inner {
     gci_tx: watch::Sender<u64>,
     /// Highest GCI this client asked mgmd to hurry.
     hurried: AtomicU64,
-    nodes: Mutex<HashMap<NodeId, (String, DataNodeClient<Channel>)>>,
+    nodes: Mutex<IdMap<NodeId, (String, DataNodeClient<Channel>)>>,
     /// Key-operation batchers per (data node, read-backup, writes).
-    batchers: Mutex<HashMap<(NodeId, bool, bool), AddressedBatcher>>,
+    batchers: Mutex<IdMap<(NodeId, bool, bool), AddressedBatcher>>,
     /// Transactions' call streams per data node (and the address they go to).
-    txn_links: Mutex<HashMap<NodeId, (String, Arc<TxnLinks>)>>,
+    txn_links: Mutex<IdMap<NodeId, (String, Arc<TxnLinks>)>>,
     opts: ClientOptions,
     /// Hidden primary keys: a random prefix per client and a counter.
     hidden_prefix: u64,
@@ -293,9 +293,9 @@ impl Client {
             epoch_tx,
             gci_tx,
             hurried: AtomicU64::new(0),
-            nodes: Mutex::new(HashMap::new()),
-            batchers: Mutex::new(HashMap::new()),
-            txn_links: Mutex::new(HashMap::new()),
+            nodes: Mutex::new(IdMap::default()),
+            batchers: Mutex::new(IdMap::default()),
+            txn_links: Mutex::new(IdMap::default()),
             opts,
             hidden_prefix: shoal_proto::hash::fmix64(nanos ^ u64::from(std::process::id())) << 32,
             hidden_next: AtomicU64::new(0),
@@ -588,7 +588,7 @@ impl Client {
         let mut group_of: Vec<u32> = vec![0; ops.len()];
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let mut backoff = Duration::from_millis(5);
-        let mut last_err: HashMap<usize, ShoalError> = HashMap::new();
+        let mut last_err: IdMap<usize, ShoalError> = IdMap::default();
         // Read-backup reads of one call go to one replica where they can (one request
         // instead of one per replica); calls take turns across the replicas.
         let mut spread = self.inner.spread.fetch_add(1, Ordering::Relaxed);
@@ -599,7 +599,7 @@ impl Client {
         loop {
             let mut missing = false;
             let map = self.map();
-            let mut by_node: HashMap<NodeId, Vec<(usize, Prepared)>> = HashMap::new();
+            let mut by_node: IdMap<NodeId, Vec<(usize, Prepared)>> = IdMap::default();
             let mut retry = vec![];
             let mut memo = TableMemo::default();
             for &i in &pending {
@@ -732,7 +732,7 @@ impl Client {
         if self.durability == Durability::Sync {
             let wait_until = deadline.max(Instant::now() + MIN_DURABLE_WAIT);
             // One wait per node group, for the newest GCI any of its writes got.
-            let mut newest: HashMap<u32, u64> = HashMap::new();
+            let mut newest: IdMap<u32, u64> = IdMap::default();
             for (i, &g) in gcis.iter().enumerate().filter(|(_, &g)| g > 0) {
                 let e = newest.entry(group_of[i]).or_default();
                 *e = (*e).max(g);
@@ -800,7 +800,7 @@ impl Client {
     /// otherwise a new one from `make` (given a client of that address) replaces it.
     fn per_address<K: std::hash::Hash + Eq, T>(
         &self,
-        table: &Mutex<HashMap<K, (String, Arc<T>)>>,
+        table: &Mutex<IdMap<K, (String, Arc<T>)>>,
         key: K,
         id: NodeId,
         make: impl FnOnce(DataNodeClient<Channel>) -> T,

@@ -8,13 +8,13 @@
 //! The link opens on first use and is replaced when it breaks: every call waiting on a broken
 //! link fails with NODE_NOT_READY, which callers retry like any unreachable node.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use shoal_proto::hash::IdMap;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ErrorCode, NodeId, ShoalError};
 use tokio::sync::{mpsc, oneshot};
@@ -90,7 +90,7 @@ call_kind!(
     TaggedTxnControlResult, txn_control_stream
 );
 
-type Waiting<A> = Mutex<HashMap<u64, oneshot::Sender<A>>>;
+type Waiting<A> = Mutex<IdMap<u64, oneshot::Sender<A>>>;
 
 struct Open<C: Calls> {
     tx: mpsc::Sender<C::Out>,

@@ -5,13 +5,14 @@
 //! snapshots: no lock is shared between requests. Only installing a new map (control path)
 //! serializes on `install_lock`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use shoal_proto::hash::IdMap;
 use shoal_proto::{
     ClusterState, Epoch, ErrorCode, NodeId, NodeState, PartitionAssignment, PartitionId, ShoalError, TableId,
 };
@@ -35,7 +36,7 @@ pub struct Timing {
     pub txn_inactive: Duration,
 }
 
-type PartitionTable = HashMap<(TableId, PartitionId), Arc<Partition>>;
+type PartitionTable = IdMap<(TableId, PartitionId), Arc<Partition>>;
 
 /// What a node is started with.
 pub struct NodeSetup {
@@ -62,12 +63,12 @@ pub struct Node {
     install_lock: Mutex<()>,
     /// Primary terms this node passed the activation barrier for, per partition id (control
     /// path only; the data path reads each replica's copy).
-    activated: Mutex<HashMap<PartitionId, Epoch>>,
+    activated: Mutex<IdMap<PartitionId, Epoch>>,
     /// Activations running now.
     activating: Mutex<HashSet<(PartitionId, Epoch)>>,
     /// Partitions being filled by a copy from their primary → the copy's sync epoch (control
     /// path only).
-    filling: Mutex<HashMap<PartitionId, Epoch>>,
+    filling: Mutex<IdMap<PartitionId, Epoch>>,
     start: Instant,
     /// Lease end in nanoseconds since `start`; 0 = no lease.
     lease_until_ns: AtomicU64,
@@ -98,13 +99,13 @@ impl Node {
             timing,
             budget,
             map: ArcSwap::from_pointee(ClusterState::default()),
-            parts: ArcSwap::from_pointee(HashMap::new()),
+            parts: ArcSwap::from_pointee(IdMap::default()),
             transport,
             epoch_tx,
             install_lock: Mutex::new(()),
-            activated: Mutex::new(HashMap::new()),
+            activated: Mutex::new(IdMap::default()),
             activating: Mutex::new(HashSet::new()),
-            filling: Mutex::new(HashMap::new()),
+            filling: Mutex::new(IdMap::default()),
             start: Instant::now(),
             lease_until_ns: AtomicU64::new(0),
             refresh: Notify::new(),
@@ -266,7 +267,7 @@ impl Node {
         let mut filling = self.filling.lock();
         // Replicas that must be filled by a new copy: whatever they hold may be stale. They
         // start empty and remember deletes until the copy is done (see sync.rs).
-        let mut new_fills: HashMap<PartitionId, Epoch> = HashMap::new();
+        let mut new_fills: IdMap<PartitionId, Epoch> = IdMap::default();
         if new.node(self.id).is_some_and(|n| n.incarnation == self.incarnation) {
             for pa in &new.partitions {
                 match pa.replica(self.id) {
@@ -286,7 +287,7 @@ impl Node {
         filling.extend(new_fills.iter());
         let old_parts = self.parts.load_full();
         let me = new.node(self.id).filter(|n| n.incarnation == self.incarnation).cloned();
-        let mut parts: PartitionTable = HashMap::new();
+        let mut parts = PartitionTable::default();
         if me.is_some() {
             for t in &new.tables {
                 for pa in new.partitions.iter().take(t.partition_count as usize) {

@@ -2,7 +2,6 @@
 //! tests drive several nodes in one process over a simulated network (`sim_tests.rs`), and the
 //! daemon uses gRPC.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,6 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use shoal_client::link::{Link, ReplicateCalls, TxnControlCalls};
 use shoal_client::Batcher;
+use shoal_proto::hash::IdMap;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, PartitionId, ShoalError, TableId};
 use tokio::sync::mpsc;
@@ -179,7 +179,7 @@ struct Peer {
 /// Peers over gRPC: one lazily connected channel per peer, kept while its address holds.
 #[derive(Default)]
 pub struct GrpcTransport {
-    peers: ArcSwap<HashMap<NodeId, Arc<Peer>>>,
+    peers: ArcSwap<IdMap<NodeId, Arc<Peer>>>,
 }
 
 impl GrpcTransport {
@@ -271,7 +271,7 @@ impl Transport for GrpcTransport {
         if data_nodes().all(|n| cur.get(&n.id).is_some_and(|p| p.addr == n.addr)) {
             return;
         }
-        let mut peers = HashMap::new();
+        let mut peers = IdMap::default();
         for n in data_nodes() {
             if let Some(p) = cur.get(&n.id).filter(|p| p.addr == n.addr) {
                 peers.insert(n.id, p.clone());

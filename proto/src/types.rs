@@ -561,44 +561,15 @@ pub struct TableIndex(std::sync::OnceLock<TablePositions>);
 struct TablePositions {
     /// By a case-insensitive hash of the name (names compare case-insensitively); of two names
     /// with one hash the first is kept, the other found by scanning.
-    by_name: std::collections::HashMap<u64, usize, Spread>,
-    by_id: std::collections::HashMap<TableId, usize, Spread>,
-}
-
-/// Hashes an integer key with one multiplication: the keys are a name's hash already, or
-/// table ids, and SipHash would cost a lookup more than the scan of a small catalog it saves.
-#[derive(Clone, Copy, Default)]
-struct Spread(u64);
-
-impl std::hash::BuildHasher for Spread {
-    type Hasher = Spread;
-    fn build_hasher(&self) -> Spread {
-        Spread(0)
-    }
-}
-
-impl std::hash::Hasher for Spread {
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) ^ u64::from(b);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
+    by_name: crate::hash::IdMap<u64, usize>,
+    by_id: crate::hash::IdMap<TableId, usize>,
 }
 
 impl TableIndex {
     fn positions(&self, tables: &[Table]) -> &TablePositions {
         self.0.get_or_init(|| {
-            let mut by_name = std::collections::HashMap::with_capacity_and_hasher(tables.len(), Spread(0));
-            let mut by_id = std::collections::HashMap::with_capacity_and_hasher(tables.len(), Spread(0));
+            let mut by_name = crate::hash::IdMap::with_capacity_and_hasher(tables.len(), Default::default());
+            let mut by_id = crate::hash::IdMap::with_capacity_and_hasher(tables.len(), Default::default());
             for (i, t) in tables.iter().enumerate() {
                 by_name.entry(crate::hash::fnv1a64_caseless(&t.spec.name)).or_insert(i);
                 by_id.entry(t.id).or_insert(i);

@@ -10,12 +10,12 @@
 //! bytes continues in the next packet. Statements never see the network: [`Session`] turns SQL
 //! into an [`Outcome`] and this module encodes it.
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
+use shoal_proto::hash::IdMap;
 use shoal_proto::{AccountName, AuthPlugin};
 
 use crate::auth;
@@ -267,7 +267,7 @@ fn new_scramble() -> [u8; 20] {
 struct StmtState {
     params: usize,
     types: Vec<(u8, bool)>,
-    long_data: HashMap<u16, Vec<u8>>,
+    long_data: IdMap<u16, Vec<u8>>,
 }
 
 /// Most bytes of long data one statement may accumulate.
@@ -919,7 +919,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
     c.ok(0, 0, status_of(&session), "", 0);
     c.flush().await?;
 
-    let mut stmts: HashMap<u32, StmtState> = HashMap::new();
+    let mut stmts: IdMap<u32, StmtState> = IdMap::default();
     loop {
         let packet = match c.read_packet().await {
             Ok(Some(p)) => p,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use shoal_client::Client;
+use shoal_proto::hash::IdMap;
 use shoal_proto::{
     AccountName, Column, ColumnType, ErrorCode, IndexSpec, Table, TableId, TableSpec, Value, MAX_NAME_BYTES,
 };
@@ -35,7 +36,7 @@ const IMPLICIT_RETRIES: u32 = 20;
 pub struct Shared {
     pub client: Client,
     /// AUTO_INCREMENT: the next value this SQL node hands out, per table.
-    pub autoinc: Mutex<HashMap<TableId, u64>>,
+    pub autoinc: Mutex<IdMap<TableId, u64>>,
     next_connection: AtomicU32,
     /// The catalog's user table as last loaded (None before the first load), see `users.rs`.
     pub(crate) users: parking_lot::RwLock<Option<Arc<shoal_client::users::Users>>>,
@@ -58,7 +59,7 @@ impl Shared {
     pub fn new(client: Client, node_id: u32) -> Shared {
         Shared {
             client,
-            autoinc: Mutex::new(HashMap::new()),
+            autoinc: Mutex::new(IdMap::default()),
             next_connection: AtomicU32::new((node_id & 0xff) << 24 | 1),
             users: parking_lot::RwLock::new(None),
             users_refresh: tokio::sync::Mutex::new(None),
@@ -157,7 +158,7 @@ pub struct Session {
     pub wrote_in_transaction: bool,
     /// The client asked for "found rows" instead of "changed rows" in UPDATE counts.
     pub client_found_rows: bool,
-    pub prepared: HashMap<u32, Arc<Prepared>>,
+    pub prepared: IdMap<u32, Arc<Prepared>>,
     next_statement: u32,
     /// The running prepared statement's placeholder values (see `Prepared::parsed`).
     params: Params,
@@ -222,7 +223,7 @@ impl Session {
             in_transaction: false,
             wrote_in_transaction: false,
             client_found_rows,
-            prepared: HashMap::new(),
+            prepared: IdMap::default(),
             next_statement: 1,
             params: Params::default(),
         }
