@@ -83,13 +83,15 @@ async fn run<I: Send + 'static, O: Send + 'static>(
             },
         };
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        let mut total = weight(&first.0);
-        let mut batch = vec![first];
+        let (item, reply) = first;
+        let mut total = weight(&item);
+        let (mut items, mut replies) = (vec![item], vec![reply]);
         while total < max_weight {
             match rx.try_recv() {
-                Ok(c) if total + weight(&c.0) <= max_weight => {
-                    total += weight(&c.0);
-                    batch.push(c);
+                Ok((item, reply)) if total + weight(&item) <= max_weight => {
+                    total += weight(&item);
+                    items.push(item);
+                    replies.push(reply);
                 }
                 Ok(c) => {
                     carried = Some(c);
@@ -98,7 +100,6 @@ async fn run<I: Send + 'static, O: Send + 'static>(
                 Err(_) => break,
             }
         }
-        let (items, replies): (Vec<I>, Vec<oneshot::Sender<O>>) = batch.into_iter().unzip();
         let out = send(items);
         tokio::spawn(async move {
             let outputs = out.await;

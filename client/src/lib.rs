@@ -989,6 +989,12 @@ async fn execute_merged(
     attempt: Duration,
     reqs: Vec<pb::BatchRequest>,
 ) -> Vec<Result<Vec<pb::OpResult>>> {
+    // A request alone (most, below a few concurrent callers) goes as it is: no counts, no
+    // merged copy of its operations, no split of its results.
+    let reqs = match <[pb::BatchRequest; 1]>::try_from(reqs) {
+        Ok([req]) => return vec![execute_checked(&link, node, attempt, req).await],
+        Err(reqs) => reqs,
+    };
     let counts: Vec<usize> = reqs.iter().map(|r| r.ops.len()).collect();
     let merged = pb::BatchRequest {
         epoch: reqs.iter().map(|r| r.epoch).max().unwrap_or(0),
@@ -996,21 +1002,31 @@ async fn execute_merged(
         ops: reqs.into_iter().flat_map(|r| r.ops).collect(),
         schema_version: 0,
     };
-    let answer = match tokio::time::timeout(attempt, link.call(merged)).await {
-        Ok(Ok(resp)) => match check(resp.error) {
-            Ok(()) if resp.results.len() == counts.iter().sum::<usize>() => Ok(resp.results),
-            Ok(()) => Err(ShoalError::internal(format!("node {node} answered a different number of results"))),
-            Err(e) => Err(e),
-        },
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(ShoalError::new(ErrorCode::Timeout, format!("node {node} did not answer in {attempt:?}"))),
-    };
-    match answer {
+    match execute_checked(&link, node, attempt, merged).await {
         Ok(results) => {
             let mut results = results.into_iter();
             counts.into_iter().map(|n| Ok(results.by_ref().take(n).collect())).collect()
         }
         Err(e) => counts.into_iter().map(|_| Err(e.clone())).collect(),
+    }
+}
+
+/// The results of `req` from `node` within `attempt`: one per operation, or an error.
+async fn execute_checked(
+    link: &link::Link<link::ExecuteCalls>,
+    node: NodeId,
+    attempt: Duration,
+    req: pb::BatchRequest,
+) -> Result<Vec<pb::OpResult>> {
+    let n = req.ops.len();
+    match tokio::time::timeout(attempt, link.call(req)).await {
+        Ok(Ok(resp)) => match check(resp.error) {
+            Ok(()) if resp.results.len() == n => Ok(resp.results),
+            Ok(()) => Err(ShoalError::internal(format!("node {node} answered a different number of results"))),
+            Err(e) => Err(e),
+        },
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ShoalError::new(ErrorCode::Timeout, format!("node {node} did not answer in {attempt:?}"))),
     }
 }
 
