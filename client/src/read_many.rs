@@ -54,17 +54,46 @@ fn group(routed: Vec<(usize, Bytes, PartitionId, NodeId)>) -> Vec<Request> {
 
 /// The read to send for a request: a lone key goes as a plain read.
 fn read_op(table: &Table, r: Request, columns: &[u32]) -> (Vec<usize>, pb::Op) {
-    let mut op =
-        pb::Op { kind: pb::OpKind::Read as i32, table_id: table.id, columns: columns.to_vec(), ..Default::default() };
     if let ([key], [partition]) = (r.keys.as_slice(), r.partitions.as_slice()) {
-        op.key_data = key.clone();
-        op.partition = *partition;
-    } else {
-        op.keys = r.keys;
-        op.key_partitions = r.partitions;
-        op.packed_rows = true;
+        return (r.at, key_read(table, columns, key.clone(), *partition));
     }
+    let op = pb::Op {
+        kind: pb::OpKind::Read as i32,
+        table_id: table.id,
+        columns: columns.to_vec(),
+        keys: r.keys,
+        key_partitions: r.partitions,
+        packed_rows: true,
+        ..Default::default()
+    };
     (r.at, op)
+}
+
+/// A plain read of one encoded key.
+fn key_read(table: &Table, columns: &[u32], key: Bytes, partition: PartitionId) -> pb::Op {
+    pb::Op {
+        kind: pb::OpKind::Read as i32,
+        table_id: table.id,
+        columns: columns.to_vec(),
+        key_data: key,
+        partition,
+        ..Default::default()
+    }
+}
+
+/// Where `key` of `table` goes: its encoding, partition and the node to ask (None when the
+/// partition has no replica to ask, which the general way waits for); an error for a key that
+/// does not fit the table.
+fn place(
+    map: &ClusterState,
+    table: &Table,
+    key: &Row,
+    read_backup: bool,
+    spread: usize,
+) -> Result<Option<(Bytes, PartitionId, NodeId)>, ShoalError> {
+    let encoded = codec::encode_key_ref(table, key)?;
+    let partition = codec::partition_of_encoded_key(table, &encoded)?;
+    Ok(route(map, partition, true, read_backup, None, spread).map(|node| (Bytes::from(encoded), partition, node)))
 }
 
 /// The rows of an answer to [`read_op`] for `n` keys, each decoded with `table`'s layout (the
@@ -120,14 +149,10 @@ impl Client {
         let mut slow: Vec<usize> = vec![];
         let mut routed = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
-            let encoded = codec::encode_key_ref(t, key);
-            let partition = encoded.as_ref().map_err(Clone::clone).and_then(|k| codec::partition_of_encoded_key(t, k));
-            match (encoded, partition) {
-                (Ok(k), Ok(p)) => match route(&map, p, true, read_backup, None, spread) {
-                    Some(node) => routed.push((i, Bytes::from(k), p, node)),
-                    None => slow.push(i),
-                },
-                (Err(e), _) | (_, Err(e)) => out[i] = Some(Err(e)),
+            match place(&map, t, key, read_backup, spread) {
+                Ok(Some((k, p, node))) => routed.push((i, k, p, node)),
+                Ok(None) => slow.push(i),
+                Err(e) => out[i] = Some(Err(e)),
             }
         }
         let sends = group(routed).into_iter().map(|r| {
@@ -164,24 +189,12 @@ impl Client {
         spread: usize,
     ) -> Option<OpOutcome> {
         let read_backup = self.inner.opts.read_backup;
-        let encoded = match codec::encode_key_ref(t, key) {
-            Ok(k) => k,
+        let (key, partition, node) = match place(map, t, key, read_backup, spread) {
+            Ok(placed) => placed?,
             Err(e) => return Some(Err(e)),
         };
-        let partition = match codec::partition_of_encoded_key(t, &encoded) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(e)),
-        };
-        let node = route(map, partition, true, read_backup, None, spread)?;
-        let op = pb::Op {
-            kind: pb::OpKind::Read as i32,
-            table_id: t.id,
-            columns: columns.to_vec(),
-            key_data: Bytes::from(encoded),
-            partition,
-            ..Default::default()
-        };
-        let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], schema_version: 0 };
+        let ops = vec![key_read(t, columns, key, partition)];
+        let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, schema_version: 0 };
         row_of(t, self.send(node, req).await)
     }
 

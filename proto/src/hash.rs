@@ -20,13 +20,20 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 pub fn caseless_hash(s: &str) -> u64 {
     use std::hash::Hasher;
     let mut h = IdHasher::default();
-    for chunk in s.as_bytes().chunks(8) {
-        let mut word = [0u8; 8];
-        word[..chunk.len()].copy_from_slice(chunk);
-        h.write_u64(ascii_lowercase_word(u64::from_le_bytes(word)));
+    for word in words(s.as_bytes()) {
+        h.write_u64(ascii_lowercase_word(word));
     }
     h.write_usize(s.len());
     h.finish()
+}
+
+/// `bytes` as little-endian words of eight, the last one padded with zero bytes.
+fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes.chunks(8).map(|chunk| {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        u64::from_le_bytes(word)
+    })
 }
 
 /// The eight bytes of `w` with ASCII capitals made small, all at once. A byte is a capital when its low
@@ -85,11 +92,7 @@ impl std::hash::Hasher for IdHasher {
         self.0.rotate_left(26)
     }
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
+        words(bytes).for_each(|w| self.add(w));
     }
     fn write_u8(&mut self, n: u8) {
         self.add(n.into());
