@@ -1,9 +1,8 @@
 //! `shoal`: run a local cluster, look at it, operate it, load it.
 
-// The load generators allocate a request and an answer per call; on the 2-core machines they
-// share with the cluster, glibc's malloc was 5% of their CPU (perf).
+// mimalloc (see `shoal_proto::alloc`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: shoal_proto::alloc::Allocator = shoal_proto::alloc::Allocator;
 
 mod bench;
 mod bench_txn;

@@ -74,16 +74,34 @@ fn merge<D: RowDecoder>(
         }
         shares.push(packed);
     }
+    // One pass: the decoded rows go straight into the answer (collecting per-row results and
+    // then the rows out of them was a second pass and a second vector). After a damaged row
+    // the rest is only checked for keys answered twice, which still send the run key by key.
     let mut out = Vec::with_capacity(count as usize);
+    let mut damaged = None;
     for at in 0..count as usize {
-        let mut found = shares.iter().map(|share| share.get(at)).filter(|row| !row.is_empty());
-        let Some(row) = found.next() else { continue };
-        if found.next().is_some() {
-            return None;
+        let mut row: &[u8] = &[];
+        for share in &shares {
+            let r = share.get(at);
+            if !r.is_empty() {
+                if !row.is_empty() {
+                    return None;
+                }
+                row = r;
+            }
         }
-        out.push(rows.decode(table, row));
+        if row.is_empty() || damaged.is_some() {
+            continue;
+        }
+        match rows.decode(table, row) {
+            Ok(r) => out.push(r),
+            Err(e) => damaged = Some(e),
+        }
     }
-    Some(out.into_iter().collect())
+    Some(match damaged {
+        Some(e) => Err(e),
+        None => Ok(out),
+    })
 }
 
 impl Client {

@@ -551,7 +551,7 @@ impl Session {
         // Scope: the table's row, then the proposed row (qualified by the row alias only).
         let mut scope = Scope::of_table(t);
         let new_name = alias.map(|a| object_parts(&a.row_alias).pop().unwrap_or_default());
-        let mut new_cols = scope.rels[0].cols.clone();
+        let mut new_cols = scope.rels[0].cols.to_vec();
         if let Some(names) = alias.and_then(|a| a.col_aliases.as_ref()).filter(|n| !n.is_empty()) {
             if names.len() != width {
                 return Err(SqlError::new(code::WRONG_VALUE_COUNT_ON_ROW, "Column count doesn't match value count"));

@@ -1,7 +1,6 @@
-// Every node allocates a row, a message or a key per request; glibc's malloc took a fifth of
-// the CPU under load (perf), mimalloc's thread-local free lists much less.
+// mimalloc (see `shoal_proto::alloc`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: shoal_proto::alloc::Allocator = shoal_proto::alloc::Allocator;
 
 fn main() {
     shoal_mgmd::main_entry()

@@ -814,7 +814,7 @@ impl<'a> Planner<'a> {
                     // The columns both sides have, in the right side's order.
                     let mut names: Vec<String> = vec![];
                     for r in &scope.rels[right_rel..] {
-                        for c in &r.cols {
+                        for c in r.cols.iter() {
                             if !scope.positions_named(left_rels.clone(), &c.name).is_empty()
                                 && !names.iter().any(|n| n.eq_ignore_ascii_case(&c.name))
                             {
