@@ -454,6 +454,8 @@ impl SqlType {
     }
 
     /// [`SqlType::load`] of a value read straight from an encoded row.
+    /// Inline: called per column of every row a range read decodes (`SqlRows`).
+    #[inline]
     pub fn load_field(self, f: Field<'_>) -> Val {
         match (self, f) {
             (_, Field::Null) => Val::Null,
