@@ -18,32 +18,43 @@ const WORD: usize = std::mem::size_of::<usize>();
 
 pub struct Allocator;
 
+/// A block for `layout` from mimalloc's plain entry point when a word's alignment is enough,
+/// else from its aligned one.
+///
+/// # Safety
+/// `plain` and `aligned` are a pair of mimalloc's allocating entry points (a size; a size and
+/// an alignment).
+#[inline]
+unsafe fn enter(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: the caller passes mimalloc's entry points; each takes any size, and the aligned
+    // one any power-of-two alignment (which a `Layout` has).
+    unsafe {
+        match layout.align() <= WORD {
+            true => plain(layout.size()),
+            false => aligned(layout.size(), layout.align()),
+        }
+    }
+    .cast()
+}
+
 // SAFETY: each call hands mimalloc's answer on as it is (null on failure); blocks are freed
 // by `mi_free`, whichever entry point allocated them; the aligned entry points serve every
 // alignment past a word, the plain ones only alignments a block always has.
 unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: see the impl.
-        unsafe {
-            match layout.align() <= WORD {
-                true => mi::mi_malloc(layout.size()),
-                false => mi::mi_malloc_aligned(layout.size(), layout.align()),
-            }
-        }
-        .cast()
+        // SAFETY: a pair of mimalloc's entry points.
+        unsafe { enter(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: see the impl.
-        unsafe {
-            match layout.align() <= WORD {
-                true => mi::mi_zalloc(layout.size()),
-                false => mi::mi_zalloc_aligned(layout.size(), layout.align()),
-            }
-        }
-        .cast()
+        // SAFETY: a pair of mimalloc's entry points.
+        unsafe { enter(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -54,7 +65,8 @@ unsafe impl GlobalAlloc for Allocator {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: see the impl; `ptr` came from this allocator with `layout`.
+        // SAFETY: `ptr` came from this allocator with `layout`, so from the plain entry points
+        // exactly when the plain realloc may take it over.
         unsafe {
             match layout.align() <= WORD {
                 true => mi::mi_realloc(ptr.cast(), new_size),

@@ -556,11 +556,12 @@ fn fixed_field(ty: ColumnType, slot: &[u8]) -> Field<'_> {
     }
 }
 
-/// The value of a variable-width column, from its bytes.
 // The helpers a row reader calls per column of every row (`var_value`, `var_field`,
 // `fixed_field`, `utf8`, `is_ascii`) are marked inline: out of line, passing their results
 // back (a `Result` around a borrowed field) cost about twenty instructions per call, 1.7% of
 // a SQL node's instructions per `oltp_read_write` transaction (sysbench's ranges).
+
+/// The value of a variable-width column, from its bytes.
 #[inline]
 fn var_field(ty: ColumnType, bytes: &[u8]) -> Result<Field<'_>, ShoalError> {
     Ok(match ty {
