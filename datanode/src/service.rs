@@ -194,14 +194,14 @@ async fn run_txn_commit(node: &Arc<Node>, req: pb::TxnCommitRequest) -> pb::TxnC
 
 /// Runs one step of a transaction's commit protocol sent by a coordinator (or, for OUTCOME, a
 /// participant asking a dead coordinator's peer).
-async fn run_txn_control(node: &Arc<Node>, req: pb::TxnControlRequest) -> pb::TxnControlResponse {
+async fn run_txn_control(node: &Arc<Node>, mut req: pb::TxnControlRequest) -> pb::TxnControlResponse {
     if let Err(e) = node.ensure_epoch(req.epoch).await {
         return pb::TxnControlResponse { error: Some(e.into()), committed: false, gci: 0 };
     }
     crate::txn::forget_records(node, &req.forget);
     let phase = pb::TxnPhase::try_from(req.phase).unwrap_or_default();
     let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-    let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute, images_stay_here: false };
+    let run = crate::txn::Run::from_request(&mut req);
     match crate::txn::handle_control(node, phase, req.txn_id, req.gci, &parts, run).await {
         Ok(Some(gci)) => pb::TxnControlResponse { error: None, committed: true, gci },
         Ok(None) => pb::TxnControlResponse { error: None, committed: false, gci: 0 },

@@ -59,14 +59,14 @@ impl Transport for SimTransport {
     fn txn_control(
         &self,
         to: NodeId,
-        req: shoal_proto::pb::TxnControlRequest,
+        mut req: shoal_proto::pb::TxnControlRequest,
     ) -> BoxFuture<Result<Option<u64>, ShoalError>> {
         let target = self.reach(to);
         Box::pin(async move {
             let target = target?;
             let phase = shoal_proto::pb::TxnPhase::try_from(req.phase).unwrap_or_default();
             let parts: Vec<_> = req.parts.iter().map(|p| (p.table_id, p.partition)).collect();
-            let run = crate::txn::Run { one_phase: req.one_phase, execute: req.execute, images_stay_here: false };
+            let run = crate::txn::Run::from_request(&mut req);
             crate::txn::handle_control(&target, phase, req.txn_id, req.gci, &parts, run).await
         })
     }

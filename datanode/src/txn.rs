@@ -405,14 +405,19 @@ pub async fn prepare(
             return Err(aborted("the table is being altered (or was dropped) since the transaction wrote to it"));
         }
     }
+    // Every part's images at once: the sends to one backup leave in one message (its
+    // batcher merges calls made in the same turn), one round trip however many parts.
+    let mut sends = vec![];
     for (&(table, partition), pt) in &st.parts {
         if pt.writes.is_empty() || images_stay_here {
             continue;
         }
         let pa = map.partition(partition).ok_or_else(|| ShoalError::internal("partition vanished"))?;
-        let images = prepared_images(pt);
         let tag = TxnTag { id: txn, tc, step: TxnStep::Prepare };
-        replication::replicate_txn(node, &map, table, pa, 0, images, Some(tag)).await?;
+        sends.push(replication::replicate_txn(node, &map, table, pa, 0, prepared_images(pt), Some(tag)));
+    }
+    for sent in futures::future::join_all(sends).await {
+        sent?;
     }
     // Until it commits or aborts, a scan under a newer map waits for it (an ALTER TABLE copy
     // must not miss its rows).
@@ -483,7 +488,12 @@ async fn commit_parts(
     let tc = st.tc;
     tracing::debug!(txn = format!("{txn:x}"), ?parts, held = ?st.parts.keys().collect::<Vec<_>>(), one_phase, "commit");
     let mut moved = vec![];
-    let mut sent = false;
+    // Counted as writes in flight until applied here (a copy to a joining replica waits).
+    let writing: Vec<Arc<Partition>> =
+        st.parts.values().filter(|pt| !pt.writes.is_empty()).map(|pt| pt.part.clone()).collect();
+    let inflight: Vec<_> = writing.iter().map(|p| p.enter_write(map.epoch)).collect();
+    // Each part's images, numbered, ready to go.
+    let mut ready = vec![];
     for (&(table, partition), pt) in st.parts.iter_mut() {
         if pt.writes.is_empty() {
             continue;
@@ -507,7 +517,6 @@ async fn commit_parts(
             continue;
         }
         let part = pt.part.clone();
-        let inflight = part.enter_write(map.epoch);
         let mut images: Vec<(Image, u64)> = Vec::with_capacity(pt.writes.len());
         let mut stale = vec![];
         for (k, p) in &pt.writes {
@@ -528,17 +537,25 @@ async fn commit_parts(
                 node.budget.release(p.reserved);
             }
         }
-        let tag = TxnTag { id: txn, tc, step: if record { TxnStep::Record } else { TxnStep::Commit } };
+        ready.push((table, pa, part, images));
+    }
+    // Every part's images go to the backups at once: the sends to one backup leave in one
+    // message (its batcher merges calls made in the same turn), one round trip however many
+    // parts. Each part is applied here once its backups have it.
+    let tag = TxnTag { id: txn, tc, step: if record { TxnStep::Record } else { TxnStep::Commit } };
+    let sends = ready.iter().map(|(table, pa, _, images)| {
         let send: Vec<Image> = images.iter().map(|(i, _)| i.clone()).collect();
-        replication::replicate_txn(node, &map, table, pa, gci, send, Some(tag)).await.map_err(|e| {
-            // Only a refusal of the first record says that no backup holds it.
-            if sent && e.code == ErrorCode::TxnAborted {
-                ShoalError::new(ErrorCode::NodeNotReady, format!("a backup refused a commit record it held: {e}"))
-            } else {
-                e
-            }
-        })?;
-        sent = true;
+        replication::replicate_txn(node, &map, *table, pa, gci, send, Some(tag))
+    });
+    let results = futures::future::join_all(sends).await;
+    let sent = results.iter().any(Result::is_ok);
+    let mut failure = None;
+    for ((table, pa, part, images), result) in ready.into_iter().zip(results) {
+        if let Err(e) = result {
+            failure.get_or_insert(e);
+            continue;
+        }
+        let partition = pa.partition;
         let mut store = part.store.lock();
         for (img, reserved) in images {
             node.durability.log(gci, table, partition, &img);
@@ -551,9 +568,20 @@ async fn commit_parts(
             }
         }
         drop(store);
-        drop(inflight);
         // Their reservations went to the rows; `release` must not give them back again.
-        pt.writes.clear();
+        if let Some(pt) = st.parts.get_mut(&(table, partition)) {
+            pt.writes.clear();
+        }
+    }
+    drop(inflight);
+    if let Some(e) = failure {
+        // A refusal of the record says that no backup holds it only when no part got through.
+        return Err(match e.code {
+            ErrorCode::TxnAborted if sent => {
+                ShoalError::new(ErrorCode::NodeNotReady, format!("a backup refused a commit record it held: {e}"))
+            }
+            _ => e,
+        });
     }
     release(node, txn, &mut st);
     end(node, txn, &state, &mut st);
@@ -1129,6 +1157,11 @@ pub struct Run {
 }
 
 impl Run {
+    /// How a control request from the wire asks its step to run.
+    pub fn from_request(req: &mut pb::TxnControlRequest) -> Run {
+        Run { one_phase: req.one_phase, execute: req.execute.take(), images_stay_here: false }
+    }
+
     fn with(execute: Option<pb::TxnExecuteRequest>) -> Run {
         Run { execute, ..Run::default() }
     }
@@ -1182,6 +1215,7 @@ pub async fn handle_control(
 ) -> Result<Option<u64>, ShoalError> {
     let one_phase = run.one_phase;
     let images_stay_here = run.images_stay_here;
+
     // Writes riding on the commit run first; the first that fails fails the step (the TC
     // then aborts the transaction everywhere, this work included).
     if let Some(req) = run.execute {
