@@ -104,7 +104,14 @@ impl LocalCluster {
             }
         }
         let sqlnode = (0..layout.sql_nodes)
-            .map(|i| Ok(SqlNodeConfig { id: 51 + i, mysql_addr: port(30 + i)?, threads: share.max(1) }))
+            .map(|i| {
+                Ok(SqlNodeConfig {
+                    id: 51 + i,
+                    mysql_addr: port(30 + i)?,
+                    threads: share.max(1),
+                    spin_us: shoal_proto::config::DEFAULT_SQL_SPIN_US,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         let config = ClusterConfig {
             cluster: ClusterSection {

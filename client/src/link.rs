@@ -191,6 +191,7 @@ async fn read_answers<C: Calls>(
     loop {
         match answers.message().await {
             Ok(Some(m)) => {
+                shoal_proto::spin::note_work();
                 let (tag, answer) = C::untag(m);
                 let reply = waiting.lock().remove(&tag);
                 if let Some(reply) = reply {

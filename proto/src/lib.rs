@@ -15,6 +15,7 @@ pub mod grpc;
 pub mod hash;
 pub mod local_stream;
 pub mod packed_rows;
+pub mod spin;
 pub mod types;
 pub mod users;
 

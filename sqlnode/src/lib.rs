@@ -50,17 +50,21 @@ pub fn main_entry() {
         .with_writer(std::io::stderr)
         .init();
     // A config that cannot be read fails in `run`, with the reason.
-    let threads = ClusterConfig::load(&args.config)
+    let (threads, spin_us) = ClusterConfig::load(&args.config)
         .ok()
-        .and_then(|c| c.sqlnode.iter().find(|s| s.id == args.id).map(|s| s.threads))
-        .unwrap_or(0);
+        .and_then(|c| c.sqlnode.iter().find(|s| s.id == args.id).map(|s| (s.threads, s.spin_us)))
+        .unwrap_or((0, 0));
     let workers = shoal_proto::config::worker_threads(threads);
     let serve = move || {
-        shoal_proto::config::runtime_builder(workers)
-            .thread_stack_size(sql::parse::WORKER_STACK_BYTES)
-            .enable_all()
-            .build()
-            .map(|rt| rt.block_on(run(args)))
+        let mut builder = shoal_proto::config::runtime_builder(workers);
+        let spinner = (spin_us > 0)
+            .then(|| shoal_proto::spin::arm(&mut builder, std::time::Duration::from_micros(spin_us.into())));
+        builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES).enable_all().build().map(|rt| {
+            if let Some(s) = spinner {
+                rt.spawn(s);
+            }
+            rt.block_on(run(args))
+        })
     };
     let result = if workers == 1 {
         // A single-threaded runtime polls every task on the thread that blocks on it: one of

@@ -311,6 +311,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             payload.resize(start + len, 0);
             self.io.read_exact(&mut payload[start..]).await?;
             if len < MAX_PAYLOAD {
+                shoal_proto::spin::note_work();
                 return Ok(Some(payload));
             }
         }
