@@ -100,6 +100,7 @@ impl LocalCluster {
                     data_dir: format!("datanode-{id}"),
                     data_memory_mb: 1024,
                     threads: share.max(1),
+                    spin_us: 0,
                 });
             }
         }

@@ -156,6 +156,11 @@ fn print_table(doc: &Json) {
             } else {
                 String::new()
             }
+        } else if n["kind"] == "sqlnode" {
+            match n["mysql"].as_str() {
+                Some(m) => format!("mysql {m}"),
+                None => String::new(),
+            }
         } else {
             match n["progress"].as_str() {
                 Some(p) => format!("{p}; restorable gci {}", n["restorable_gci"]),

@@ -58,18 +58,24 @@ pub fn main_entry() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // A config that cannot be read fails in `run`, with the reason.
-    let threads = ClusterConfig::load(&args.config)
+    let (threads, spin_us) = ClusterConfig::load(&args.config)
         .ok()
-        .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| d.threads))
-        .unwrap_or(0);
+        .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| (d.threads, d.spin_us)))
+        .unwrap_or((0, 0));
     let workers = shoal_proto::config::worker_threads(threads);
-    let rt = match shoal_proto::config::runtime_builder(workers).enable_all().build() {
+    let mut builder = shoal_proto::config::runtime_builder(workers);
+    let spinner =
+        (spin_us > 0).then(|| shoal_proto::spin::arm(&mut builder, std::time::Duration::from_micros(spin_us.into())));
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shoal-datanode: cannot start runtime: {e}");
             std::process::exit(1);
         }
     };
+    if let Some(s) = spinner {
+        rt.spawn(s);
+    }
     if let Err(e) = rt.block_on(run(args)) {
         tracing::error!("shoal-datanode failed: {e:#}");
         std::process::exit(1);

@@ -283,6 +283,7 @@ impl Service {
         tokio::spawn(async move {
             let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
             while let Some(call) = next_call(&mut calls, &mut stop).await {
+                shoal_proto::spin::note_work();
                 if inline(&node, &call) {
                     if tx.send(Ok(answer(node.clone(), call).await)).await.is_err() {
                         return;

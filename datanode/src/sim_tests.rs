@@ -92,6 +92,7 @@ impl Sim {
                     data_dir: "d".into(),
                     data_memory_mb: 64,
                     threads: 0,
+                    spin_us: 0,
                 })
                 .collect(),
             sqlnode: vec![],

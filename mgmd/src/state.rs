@@ -836,6 +836,7 @@ mod tests {
                     data_dir: format!("dn-{id}"),
                     data_memory_mb: 64,
                     threads: 0,
+                    spin_us: 0,
                 });
             }
         }

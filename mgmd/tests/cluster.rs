@@ -57,6 +57,7 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
                 data_dir: format!("dn-{id}"),
                 data_memory_mb: 16,
                 threads: 0,
+                spin_us: 0,
             })
             .collect(),
         sqlnode: vec![],

@@ -151,6 +151,10 @@ pub struct DataNodeConfig {
     /// Worker threads of the node's runtime (0: one per CPU core). See [`worker_threads`].
     #[serde(default)]
     pub threads: u32,
+    /// Microseconds the node keeps polling its sockets after its last work before it sleeps
+    /// (0, the default: never spin); see `crate::spin`.
+    #[serde(default)]
+    pub spin_us: u32,
 }
 
 /// A stateless SQL node: MySQL protocol in front of the cluster.

@@ -312,6 +312,7 @@ mod tests {
                 data_dir: "d".into(),
                 data_memory_mb: 1,
                 threads: 0,
+                spin_us: 0,
             }],
             sqlnode: vec![],
         }
