@@ -63,19 +63,13 @@ pub fn main_entry() {
         .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| (d.threads, d.spin_us)))
         .unwrap_or((0, 0));
     let workers = shoal_proto::config::worker_threads(threads);
-    let mut builder = shoal_proto::config::runtime_builder(workers);
-    let spinner =
-        (spin_us > 0).then(|| shoal_proto::spin::arm(&mut builder, std::time::Duration::from_micros(spin_us.into())));
-    let rt = match builder.enable_all().build() {
+    let rt = match shoal_proto::spin::build(shoal_proto::config::runtime_builder(workers), spin_us) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shoal-datanode: cannot start runtime: {e}");
             std::process::exit(1);
         }
     };
-    if let Some(s) = spinner {
-        rt.spawn(s);
-    }
     if let Err(e) = rt.block_on(run(args)) {
         tracing::error!("shoal-datanode failed: {e:#}");
         std::process::exit(1);

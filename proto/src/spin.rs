@@ -1,4 +1,4 @@
-//! Spinning before a node's thread sleeps (`[[sqlnode]] spin_us`).
+//! Spinning before a node's thread sleeps (`spin_us` of a `[[sqlnode]]` or `[[datanode]]`).
 //!
 //! A runtime thread that runs out of work sleeps in `epoll_wait`, and the next message must
 //! wake it: the sender pays for the wake-up in the kernel, and on a virtual machine waking an
@@ -11,9 +11,10 @@
 //! The SQL node spins by default: every statement crosses it twice (the client's request on
 //! its way to the data nodes, their answer on its way back). On 2 cores, sysbench
 //! `oltp_read_write` at 16 threads left 12% of the machine idle without it and 7% with it (8%
-//! more transactions), and one thread ran 55% more point selects. Data nodes do not spin: on 2
-//! cores theirs took CPU from the SQL node, and point selects at 16 threads lost more than a
-//! quarter (benchmarks.md, "Twenty-third session").
+//! more transactions), and one thread ran 55% more point selects. Data nodes spin only when
+//! configured: on 2 cores theirs took CPU from the SQL node, and point selects at 16 threads
+//! lost more than a quarter, while key-value writes gained a third (benchmarks.md,
+//! "Twenty-third session").
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,9 +33,20 @@ pub fn note_work() {
     WORK.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Builds a node's runtime (all drivers enabled) that spins `spin_us` microseconds before it
+/// sleeps (0: never).
+pub fn build(mut builder: tokio::runtime::Builder, spin_us: u32) -> std::io::Result<tokio::runtime::Runtime> {
+    let spinner = (spin_us > 0).then(|| arm(&mut builder, Duration::from_micros(spin_us.into())));
+    let rt = builder.enable_all().build()?;
+    if let Some(s) = spinner {
+        rt.spawn(s);
+    }
+    Ok(rt)
+}
+
 /// Arms `builder` to spin for `window` after each wake-up and after each message noted
 /// meanwhile ([`note_work`]); returns the spinner, to be spawned on the built runtime.
-pub fn arm(builder: &mut tokio::runtime::Builder, window: Duration) -> impl Future<Output = ()> + Send + 'static {
+fn arm(builder: &mut tokio::runtime::Builder, window: Duration) -> impl Future<Output = ()> + Send + 'static {
     let woken = Arc::new(Notify::new());
     let notify = woken.clone();
     // Called when the thread comes back from a real sleep, not after the spinner's own

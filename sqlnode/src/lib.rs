@@ -57,14 +57,8 @@ pub fn main_entry() {
     let workers = shoal_proto::config::worker_threads(threads);
     let serve = move || {
         let mut builder = shoal_proto::config::runtime_builder(workers);
-        let spinner = (spin_us > 0)
-            .then(|| shoal_proto::spin::arm(&mut builder, std::time::Duration::from_micros(spin_us.into())));
-        builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES).enable_all().build().map(|rt| {
-            if let Some(s) = spinner {
-                rt.spawn(s);
-            }
-            rt.block_on(run(args))
-        })
+        builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES);
+        shoal_proto::spin::build(builder, spin_us).map(|rt| rt.block_on(run(args)))
     };
     let result = if workers == 1 {
         // A single-threaded runtime polls every task on the thread that blocks on it: one of
