@@ -1215,7 +1215,6 @@ pub async fn handle_control(
 ) -> Result<Option<u64>, ShoalError> {
     let one_phase = run.one_phase;
     let images_stay_here = run.images_stay_here;
-
     // Writes riding on the commit run first; the first that fails fails the step (the TC
     // then aborts the transaction everywhere, this work included).
     if let Some(req) = run.execute {

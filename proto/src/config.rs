@@ -173,9 +173,9 @@ pub struct SqlNodeConfig {
     pub spin_us: u32,
 }
 
-/// The SQL node's default spin: with it, on 2 cores, sysbench ran 55% more point selects with
-/// one thread and 8% more `oltp_read_write` transactions with 16 (benchmarks.md,
-/// "Twenty-third session").
+/// The SQL node's default spin: with it, on 2 cores, sysbench ran 40–55% more point selects
+/// with one thread, and `oltp_read_write` with 16 threads 2% more transactions by the median
+/// of five alternated rounds (0–11% per round; benchmarks.md, "Twenty-third session").
 pub const DEFAULT_SQL_SPIN_US: u32 = 30;
 
 fn default_sql_spin_us() -> u32 {

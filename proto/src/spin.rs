@@ -10,8 +10,9 @@
 //!
 //! The SQL node spins by default: every statement crosses it twice (the client's request on
 //! its way to the data nodes, their answer on its way back). On 2 cores, sysbench
-//! `oltp_read_write` at 16 threads left 12% of the machine idle without it and 7% with it (8%
-//! more transactions), and one thread ran 55% more point selects. Data nodes spin only when
+//! `oltp_read_write` at 16 threads left 12% of the machine idle without it and 7% with it (2%
+//! more transactions by the median of five alternated rounds, 0–11% per round), and one
+//! thread ran 40–55% more point selects. Data nodes spin only when
 //! configured: on 2 cores theirs took CPU from the SQL node, and point selects at 16 threads
 //! lost more than a quarter, while key-value writes gained a third (benchmarks.md,
 //! "Twenty-third session").
