@@ -5,6 +5,9 @@
 # Both load generators reach their server over loopback TCP (`bench kv --tcp`): the data nodes
 # talk to each other over their local sockets, as nodes of one host do, but the application's
 # hop costs what redis-benchmark's does (ARCHITECTURE.md, "Local sockets").
+# Reads go as `bench kv` makes them by default: to one replica per call, which answers as the
+# primary would (`ClientOptions::read_any_replica`); one row set reads every key at its
+# primary instead (`--primary-reads`), one with read-backup (a backup may show a write early).
 #
 #   benches/kv_vs_redis.sh [seconds per shoal run, default 10]
 set -euo pipefail
@@ -68,6 +71,10 @@ for c in 1 16 64; do
 done
 for c in 1 16 64; do
   row "read 16 keys per call (GET -P 16)" "$c" "$c 16 0" "$c 16 get"
+done
+# Every key read at its primary: a call's keys go to both data nodes.
+for c in 1 16 64; do
+  row "read 16 keys per call, primary reads (GET -P 16)" "$c" "$c 16 0 --primary-reads" "$c 16 get"
 done
 # Reads from any replica (as NDB 8.0.19+ and RonDB tables do by default, READ_BACKUP=1): a
 # call's keys go to one replica, one request instead of one per primary.

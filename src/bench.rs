@@ -66,9 +66,14 @@ pub struct KvArgs {
     /// Bytes per value.
     #[arg(long, default_value_t = 64)]
     pub value_size: usize,
-    /// Read from any replica instead of the primary.
+    /// Read from any replica, showing what it holds (a backup may show a write its primary has
+    /// not applied yet).
     #[arg(long)]
     pub read_backup: bool,
+    /// Read every key at its primary. By default a batch of keys goes to one replica of the
+    /// node group, which answers as the primary would (`ClientOptions::read_any_replica`).
+    #[arg(long, conflicts_with = "read_backup")]
+    pub primary_reads: bool,
     /// Reach the data nodes over TCP even when they run on this host, as an application on
     /// another machine would (by default a local data node is dialed on its Unix socket).
     #[arg(long)]
@@ -139,7 +144,12 @@ pub async fn run_kv(a: KvArgs) -> Result<()> {
     }
     let addrs = if a.mgmd.is_empty() { LocalCluster::open(&a.dir)?.config.mgmd_addrs() } else { a.mgmd.clone() };
     let transport = if a.tcp { Transport::Tcp } else { Transport::Auto };
-    let opts = ClientOptions { read_backup: a.read_backup, transport, ..ClientOptions::default() };
+    let opts = ClientOptions {
+        read_backup: a.read_backup,
+        read_any_replica: !a.primary_reads,
+        transport,
+        ..ClientOptions::default()
+    };
     let client = Client::connect_with(&addrs, opts).await.map_err(anyhow::Error::msg)?;
     let durability = if a.durability == "sync" { Durability::Sync } else { Durability::Memory };
     let client = client.with_durability(durability);
@@ -205,7 +215,11 @@ pub async fn run_kv(a: KvArgs) -> Result<()> {
             elapsed,
             a.keys,
             a.value_size,
-            if a.read_backup { ", read-backup" } else { "" }
+            match (a.read_backup, a.primary_reads) {
+                (true, _) => ", read-backup",
+                (_, true) => ", primary reads",
+                _ => "",
+            }
         );
         println!(
             "ops {ops}: {:.0} ops/s (reads {:.0}/s, writes {:.0}/s)",

@@ -85,6 +85,37 @@ async fn acknowledged_write_reads_back_from_primary_and_every_replica() {
         assert_eq!(rows.len(), 19);
         assert_eq!(c.read_key_range("t", 6, 4, &[]).await.unwrap(), [row(6, "v6"), row(7, "seven"), row(9, "v9")]);
     }
+    // Reads as the primary from any replica (one request per node group, a backup answering
+    // as the primary would): every write reads back at once, a single key or many at a time,
+    // while another client keeps writing other keys of the same partitions.
+    let anywhere = Client::connect_with(
+        &cluster.mgmd_addrs,
+        shoal_client::ClientOptions { read_any_replica: true, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let others = {
+        let client = cluster.client().await;
+        tokio::spawn(async move {
+            for i in 0..400 {
+                client.upsert("t", row(100 + i % 50, &format!("o{i}"))).await.unwrap();
+            }
+        })
+    };
+    for round in 0..40 {
+        let v = format!("r{round}");
+        for k in 0..10 {
+            anywhere.upsert("t", row(k, &v)).await.unwrap();
+        }
+        let got = anywhere.read_many("t", (0..10).map(|k| vec![Value::Int(k)]).collect(), &[]).await;
+        for (k, r) in got.into_iter().enumerate() {
+            assert_eq!(r.unwrap(), Some(row(k as i64, &v)), "key {k} in round {round}");
+        }
+        let k = round % 10;
+        let one = anywhere.read_many("t", vec![vec![Value::Int(k)]], &[]).await.pop().unwrap();
+        assert_eq!(one.unwrap(), Some(row(k, &v)));
+    }
+    others.await.unwrap();
 }
 
 /// Runs `shoal bench kv --verify` against the cluster and returns its output.
@@ -221,7 +252,7 @@ async fn stopped_primary_is_fenced_and_refused_no_split_brain() {
         ..Default::default()
     };
     let resp = raw
-        .execute(pb::BatchRequest { epoch: old_map.epoch, read_backup: false, ops: vec![op], schema_version: 0 })
+        .execute(pb::BatchRequest { epoch: old_map.epoch, read_backup: false, ops: vec![op], ..Default::default() })
         .await
         .unwrap()
         .into_inner();
@@ -397,7 +428,7 @@ async fn bad_input_gets_clear_errors_and_every_node_stays_up() {
                 pb::Op { range_start: u64::MAX, range_count: 2, ..raw_key(pb::OpKind::Read, b"", p) },
                 pb::Op { range_count: 2, key_partitions: vec![p, p], ..many(pb::OpKind::Read, &[p, p]) },
             ],
-            schema_version: 0,
+            ..Default::default()
         })
         .await
         .unwrap()

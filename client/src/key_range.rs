@@ -174,7 +174,7 @@ impl Client {
                 packed_rows: true,
                 ..Default::default()
             };
-            self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], schema_version: 0 })
+            self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], ..Default::default() })
         });
         merge(t, count, futures::future::join_all(sends).await, rows)
     }

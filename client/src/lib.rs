@@ -96,8 +96,14 @@ const SCAN_QUEUE: usize = 4;
 pub struct ClientOptions {
     /// How long a call may take, retries included.
     pub deadline: Duration,
-    /// Read from any complete replica instead of the primary (reads only).
+    /// Read from any complete replica instead of the primary (reads only). A backup may show a
+    /// write its primary has not applied yet.
     pub read_backup: bool,
+    /// Key reads of [`Client::read_many`] may go to any complete replica, which answers them
+    /// exactly as the primary would (`BatchRequest.as_primary`): a backup refuses keys with
+    /// writes its primary has not confirmed, and those are read at the primary. One request
+    /// per node group for a batch of keys instead of one per primary.
+    pub read_any_replica: bool,
     /// How to reach the data nodes: their local sockets when they run in this network namespace
     /// (the default), or TCP always (`shoal_proto::grpc`, "Local sockets").
     pub transport: Transport,
@@ -105,9 +111,18 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { deadline: DEFAULT_DEADLINE, read_backup: false, transport: Transport::Auto }
+        ClientOptions {
+            deadline: DEFAULT_DEADLINE,
+            read_backup: false,
+            read_any_replica: false,
+            transport: Transport::Auto,
+        }
     }
 }
+
+/// Which batcher a key-operation request goes through: its data node, how it reads
+/// (`read_backup`, `as_primary`) and whether it writes.
+type BatcherKey = (NodeId, (bool, bool), bool);
 
 /// One key operation of a batch.
 #[derive(Clone, Debug, PartialEq)]
@@ -188,8 +203,8 @@ struct Inner {
     /// Highest GCI this client asked mgmd to hurry.
     hurried: AtomicU64,
     nodes: Mutex<IdMap<NodeId, (String, DataNodeClient<Channel>)>>,
-    /// Key-operation batchers per (data node, read-backup, writes).
-    batchers: Mutex<IdMap<(NodeId, bool, bool), AddressedBatcher>>,
+    /// Key-operation batchers per (data node, (read-backup, as-primary), writes).
+    batchers: Mutex<IdMap<BatcherKey, AddressedBatcher>>,
     /// Transactions' call streams per data node (and the address they go to).
     txn_links: Mutex<IdMap<NodeId, (String, Arc<TxnLinks>)>>,
     opts: ClientOptions,
@@ -654,7 +669,7 @@ impl Client {
                 async move {
                     let (idx, prepared): (Vec<usize>, Vec<Prepared>) = items.into_iter().unzip();
                     let (ops, members) = many_key::pack(prepared.into_iter().map(|p| p.op).collect());
-                    let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, schema_version: 0 };
+                    let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, ..Default::default() };
                     (idx, self.send(node, req).await.map(|results| many_key::unpack(&members, results)))
                 }
             });
@@ -789,7 +804,7 @@ impl Client {
     /// requests from other callers of this client.
     async fn send(&self, node: NodeId, req: pb::BatchRequest) -> Result<Vec<pb::OpResult>> {
         let writes = req.ops.iter().any(|o| o.kind != pb::OpKind::Read as i32);
-        let batcher = self.batcher(node, req.read_backup, writes)?;
+        let batcher = self.batcher(node, (req.read_backup, req.as_primary), writes)?;
         batcher
             .call(req)
             .await
@@ -825,9 +840,11 @@ impl Client {
         })
     }
 
-    fn batcher(&self, id: NodeId, read_backup: bool, writes: bool) -> Result<Arc<NodeBatcher>> {
+    /// The batcher of requests to node `id` read the way `read` says (`read_backup`,
+    /// `as_primary`: requests merge only with ones read alike) and with or without writes.
+    fn batcher(&self, id: NodeId, read: (bool, bool), writes: bool) -> Result<Arc<NodeBatcher>> {
         let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
-        self.per_address(&self.inner.batchers, (id, read_backup, writes), id, |client| {
+        self.per_address(&self.inner.batchers, (id, read, writes), id, |client| {
             let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, client));
             Batcher::new(
                 MAX_INFLIGHT_PER_NODE,
@@ -999,6 +1016,7 @@ async fn execute_merged(
     let merged = pb::BatchRequest {
         epoch: reqs.iter().map(|r| r.epoch).max().unwrap_or(0),
         read_backup: reqs.first().is_some_and(|r| r.read_backup),
+        as_primary: reqs.first().is_some_and(|r| r.as_primary),
         ops: reqs.into_iter().flat_map(|r| r.ops).collect(),
         schema_version: 0,
     };

@@ -131,12 +131,12 @@ impl Client {
     /// Reads `keys` of `table` without locks, asking for `columns` (empty = all; the rest come
     /// back NULL): one outcome per key, in order, as [`Client::batch`] gives them.
     pub async fn read_many(&self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Vec<OpOutcome> {
-        let read_backup = self.inner.opts.read_backup;
+        let (read_backup, as_primary) = self.key_reads();
         let map: std::sync::Arc<ClusterState> = self.map();
         let Some(t) = map.table(table) else {
             // Unknown here: the general way looks at the newest map once.
             let ops = keys.into_iter().map(|key| KeyOp::Read { table: table.into(), key }).collect();
-            return self.run_batch(ops, read_backup, None, columns).await.0;
+            return self.run_batch(ops, self.inner.opts.read_backup, None, columns).await.0;
         };
         let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let [key] = keys.as_slice() {
@@ -158,7 +158,8 @@ impl Client {
         let sends = group(routed).into_iter().map(|r| {
             let node = r.node;
             let (at, op) = read_op(t, r, columns);
-            let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], schema_version: 0 };
+            let req =
+                pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], as_primary, ..Default::default() };
             async move { (at.len(), at, self.send(node, req).await) }
         });
         for (n, at, answer) in futures::future::join_all(sends).await {
@@ -188,14 +189,22 @@ impl Client {
         columns: &[u32],
         spread: usize,
     ) -> Option<OpOutcome> {
-        let read_backup = self.inner.opts.read_backup;
+        let (read_backup, as_primary) = self.key_reads();
         let (key, partition, node) = match place(map, t, key, read_backup, spread) {
             Ok(placed) => placed?,
             Err(e) => return Some(Err(e)),
         };
         let ops = vec![key_read(t, columns, key, partition)];
-        let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, schema_version: 0 };
+        let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, as_primary, ..Default::default() };
         row_of(t, self.send(node, req).await)
+    }
+
+    /// How key reads go first: `(read_backup, as_primary)` of their requests. Reads as the
+    /// primary that a backup refused (or that failed otherwise) go again the general way
+    /// ([`Client::read_again`]), at the primary.
+    fn key_reads(&self) -> (bool, bool) {
+        let o = &self.inner.opts;
+        (o.read_backup || o.read_any_replica, o.read_any_replica && !o.read_backup)
     }
 
     /// The keys at `at` of `keys` read the general way, with its retries and map refreshes —

@@ -17,6 +17,7 @@ pub mod storage;
 pub mod sync;
 pub mod transport;
 pub mod txn;
+pub mod unconfirmed;
 
 #[cfg(test)]
 mod sim_tests;
@@ -163,6 +164,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(mgmd_link::heartbeat_loop(node.clone(), link.clone(), std::process::id(), loaded));
     tokio::spawn(durability::lcp_loop(node.clone()));
     tokio::spawn(txn::sweeper(node.clone()));
+    tokio::spawn(replication::confirm_loop(node.clone()));
     tokio::spawn(mgmd_link::watch_loop(node.clone(), link.clone()));
     tokio::spawn(mgmd_link::report_loop(node.clone(), link.clone(), report_rx));
 

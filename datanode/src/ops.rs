@@ -18,7 +18,7 @@ use shoal_proto::{
 use crate::node::Node;
 use crate::partition::Partition;
 use crate::replication;
-use crate::storage::{Image, RowAt, RowSlot};
+use crate::storage::{Image, PartitionStore, RowAt, RowSlot};
 
 /// Most operations in one request.
 pub const MAX_BATCH_OPS: usize = 1000;
@@ -102,17 +102,41 @@ pub enum Answer {
     Rows { rows: PackedRows, range: bool, packed: bool },
 }
 
+/// Which replica may answer a read, and what it shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAt {
+    /// The partition's primary only.
+    Primary,
+    /// Any complete replica, showing what it holds: a backup may show a write its primary has
+    /// not applied yet (NDB's READ_BACKUP).
+    AnyReplica,
+    /// Any complete replica, answering as the primary would: a backup refuses keys with
+    /// writes the primary has not confirmed (`unconfirmed.rs`).
+    AsPrimary,
+}
+
+impl ReadAt {
+    /// From a request's `read_backup` and `as_primary`.
+    pub fn of(read_backup: bool, as_primary: bool) -> ReadAt {
+        match (read_backup, as_primary) {
+            (false, _) => ReadAt::Primary,
+            (true, false) => ReadAt::AnyReplica,
+            (true, true) => ReadAt::AsPrimary,
+        }
+    }
+}
+
 /// Reads one row by primary key, in the table's row encoding (the caller decodes it), or each
 /// row of a many-key read: see [`Answer`].
-pub fn read(node: &Node, op: Op, read_backup: bool) -> Result<Answer, ShoalError> {
-    read_many(node, vec![Ok(op)], read_backup).pop().unwrap_or_else(|| Err(ShoalError::internal("read without answer")))
+pub fn read(node: &Node, op: Op, at: ReadAt) -> Result<Answer, ShoalError> {
+    read_many(node, vec![Ok(op)], at).pop().unwrap_or_else(|| Err(ShoalError::internal("read without answer")))
 }
 
 /// The reads of one batch, as [`read`] each, with a (table, partition)'s checks made once for
 /// the batch (one map, one look at the lease) instead of once per key.
-pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: bool) -> Vec<Result<Answer, ShoalError>> {
+pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, at: ReadAt) -> Vec<Result<Answer, ShoalError>> {
     let map = node.map();
-    let mut targets = Targets { node, map: &map, read_backup, checked: vec![] };
+    let mut targets = Targets { node, map: &map, at, checked: vec![] };
     ops.into_iter()
         .map(|op| {
             let op = op?;
@@ -121,18 +145,23 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, read_backup: boo
                 return Ok(Answer::Rows { rows, range: true, packed: op.packed_rows });
             }
             if op.keys.is_empty() {
-                let (table, part) = targets.get(op.table, op.partition)?;
-                return read_from(table, &part, op).map(Answer::Row);
+                let (table, part, refuse) = targets.get(op.table, op.partition)?;
+                return read_from(table, &part, op, refuse).map(Answer::Row);
             }
             let table = table_of(&map, op.table)?;
             let keep = wanted(table, &op.columns)?;
             let mut parts = Vec::with_capacity(op.keys.len());
             for (key, partition) in &op.keys {
-                let (table, part) = targets.get(op.table, *partition)?;
+                let (table, part, refuse) = targets.get(op.table, *partition)?;
                 check_encoded_routing(table, key, *partition)?;
-                parts.push(part);
+                parts.push((part, refuse));
             }
-            let reads: Vec<_> = op.keys.iter().zip(&parts).map(|((key, _), part)| (key, Some(part.as_ref()))).collect();
+            let reads: Vec<_> = op
+                .keys
+                .iter()
+                .zip(&parts)
+                .map(|((key, _), (part, refuse))| (key, Some((part.as_ref(), *refuse))))
+                .collect();
             let rows = lookup_many(&reads, keep.as_ref())?;
             Ok(Answer::Rows { rows, range: false, packed: op.packed_rows })
         })
@@ -160,14 +189,15 @@ fn read_range(
     // Checked once each, before any key: a partition this node may not serve fails the read.
     let mut parts = Vec::with_capacity(range.partitions.len());
     for &p in &range.partitions {
-        parts.push((p, targets.get(table, p)?.1));
+        let (_, part, refuse) = targets.get(table, p)?;
+        parts.push((p, part, refuse));
     }
     let mut reads = Vec::with_capacity(range.count as usize);
     for i in 0..range.count {
         let key = codec::int_key_at(range.start, i)
             .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, "the range runs past the last key"))?;
         let p = shoal_proto::hash::partition_of(&key, t.partition_count);
-        let part = parts.iter().find(|(q, _)| *q == p).map(|(_, part)| part.as_ref());
+        let part = parts.iter().find(|(q, _, _)| *q == p).map(|(_, part, refuse)| (part.as_ref(), *refuse));
         reads.push((key, part));
     }
     lookup_many(&reads, keep.as_ref())
@@ -183,12 +213,26 @@ const MAX_PRESIZED_ANSWER: usize = 1 << 20;
 /// projected between one lookup and the next kept about one in flight. All the rows go into
 /// one buffer: an allocation and a copy per row were a tenth of a data node's CPU on
 /// sysbench's 100-key ranges.
+///
+/// A key whose partition comes with `true` (a read as the primary, at a backup) fails the
+/// whole read if it has a write the primary has not confirmed ([`refuse_unconfirmed`]),
+/// checked under the lock of the pass that reads it: the first for keys without a row, the
+/// second for the rest.
 fn lookup_many<K: AsRef<[u8]>>(
-    reads: &[(K, Option<&Partition>)],
+    reads: &[(K, Option<(&Partition, bool)>)],
     keep: Option<&Projection>,
 ) -> Result<PackedRows, ShoalError> {
-    let places: Vec<Option<RowAt>> =
-        reads.iter().map(|(key, part)| part.as_ref().and_then(|p| p.store.lock().locate(key.as_ref()))).collect();
+    let mut places: Vec<Option<RowAt>> = Vec::with_capacity(reads.len());
+    for (key, part) in reads {
+        places.push(match part {
+            Some((p, refuse)) => {
+                let store = p.store.lock();
+                refuse_unconfirmed(&store, key.as_ref(), *refuse)?;
+                store.locate(key.as_ref())
+            }
+            None => None,
+        });
+    }
     let found = places.iter().filter(|at| at.is_some()).count();
     let mut rows = RowsWriter::with_capacity(reads.len(), found * 64);
     // Sized again from the first row: most rows of a table are about as long, and growing the
@@ -196,8 +240,9 @@ fn lookup_many<K: AsRef<[u8]>>(
     // `MAX_PRESIZED_ANSWER`, so one long first row cannot reserve a thousand times its size.
     let mut sized = false;
     for ((key, part), at) in reads.iter().zip(places) {
-        if let (Some(part), Some(at)) = (part, at) {
+        if let (Some((part, refuse)), Some(at)) = (part, at) {
             let store = part.store.lock();
+            refuse_unconfirmed(&store, key.as_ref(), *refuse)?;
             if let Some(slot) = store.row_at(at, key.as_ref()) {
                 let before = rows.buf().len();
                 copy_row(slot.data(), keep, rows.buf())?;
@@ -213,13 +258,24 @@ fn lookup_many<K: AsRef<[u8]>>(
     Ok(rows.finish())
 }
 
-type Target<'m> = Result<(&'m Table, Arc<Partition>), ShoalError>;
+/// Fails a read as the primary, at a backup (`refuse`), of a key with a write its primary has
+/// not confirmed: the primary may not show it yet. The client reads such keys at the primary.
+fn refuse_unconfirmed(store: &PartitionStore, key: &[u8], refuse: bool) -> Result<(), ShoalError> {
+    if refuse && store.unconfirmed.holds(key) {
+        return Err(ShoalError::not_primary(None, "a write to the key is not yet confirmed by its primary"));
+    }
+    Ok(())
+}
+
+/// A partition a read may use: its table, its replica here, and whether reads must refuse
+/// unconfirmed keys ([`refuse_unconfirmed`]).
+type Target<'m> = Result<(&'m Table, Arc<Partition>, bool), ShoalError>;
 
 /// The [`read_target`] checks of the partitions one batch reads, each made once.
 struct Targets<'m> {
     node: &'m Node,
     map: &'m ClusterState,
-    read_backup: bool,
+    at: ReadAt,
     /// A batch touches a handful of partitions: a list beats a map here.
     checked: Vec<((TableId, PartitionId), Target<'m>)>,
 }
@@ -230,7 +286,7 @@ impl<'m> Targets<'m> {
         if let Some((_, t)) = self.checked.iter().find(|(s, _)| *s == slot) {
             return t.clone();
         }
-        let t = read_target(self.node, self.map, table, partition, self.read_backup);
+        let t = read_target(self.node, self.map, table, partition, self.at);
         self.checked.push((slot, t.clone()));
         t
     }
@@ -244,28 +300,30 @@ fn read_target<'m>(
     map: &'m ClusterState,
     table: TableId,
     partition: PartitionId,
-    read_backup: bool,
-) -> Result<(&'m Table, Arc<Partition>), ShoalError> {
+    at: ReadAt,
+) -> Target<'m> {
     let t = table_of(map, table)?;
     let pa = map
         .partition(partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::InvalidArgument, format!("no partition {partition}")))?;
-    if read_backup {
-        node.check_readable(map, pa)?;
-    } else {
+    if at == ReadAt::Primary {
         node.check_primary(map, pa)?;
+    } else {
+        node.check_readable(map, pa)?;
     }
     let part = node
         .partition(table, partition)
         .ok_or_else(|| ShoalError::new(ErrorCode::NodeNotReady, "partition replica not installed"))?;
-    if !read_backup {
+    if at == ReadAt::Primary {
         node.check_active(&part, pa)?;
     }
-    Ok((t, part))
+    // Only an active primary shows exactly what it holds to a read as the primary.
+    let refuse = at == ReadAt::AsPrimary && !(pa.primary == Some(node.id) && node.check_active(&part, pa).is_ok());
+    Ok((t, part, refuse))
 }
 
 /// Looks a read's key up in a replica [`read_target`] allowed.
-fn read_from(table: &Table, part: &Partition, op: Op) -> Result<Option<Vec<u8>>, ShoalError> {
+fn read_from(table: &Table, part: &Partition, op: Op, refuse: bool) -> Result<Option<Vec<u8>>, ShoalError> {
     let key: std::borrow::Cow<[u8]> = match &op.key_data {
         Some(key) => {
             check_encoded_routing(table, key, op.partition)?;
@@ -277,7 +335,7 @@ fn read_from(table: &Table, part: &Partition, op: Op) -> Result<Option<Vec<u8>>,
             key.into()
         }
     };
-    lookup(part, &key, wanted(table, &op.columns)?.as_ref())
+    lookup(part, &key, wanted(table, &op.columns)?.as_ref(), refuse)
 }
 
 /// Which columns a read wants, from its `columns` (the rest come back NULL); None: all.
@@ -289,8 +347,14 @@ fn wanted(table: &Table, columns: &[u32]) -> Result<Option<Projection>, ShoalErr
 }
 
 /// The row under an encoded key, with only the `keep` columns (None: all).
-fn lookup(part: &Partition, key: &[u8], keep: Option<&Projection>) -> Result<Option<Vec<u8>>, ShoalError> {
+fn lookup(
+    part: &Partition,
+    key: &[u8],
+    keep: Option<&Projection>,
+    refuse: bool,
+) -> Result<Option<Vec<u8>>, ShoalError> {
     let store = part.store.lock();
+    refuse_unconfirmed(&store, key, refuse)?;
     let Some(slot) = store.get(key) else { return Ok(None) };
     let mut row = vec![];
     copy_row(slot.data(), keep, &mut row)?;
@@ -460,6 +524,7 @@ pub async fn write(node: Arc<Node>, mut op: Op) -> Result<Option<u64>, ShoalErro
             }
         }
     }
+    part.applied_as_primary(image.seq);
     drop(inflight);
     drop(stamp);
     Ok(Some(gci))

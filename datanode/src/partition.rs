@@ -32,6 +32,9 @@ pub struct Partition {
     /// Transactions prepared here and not yet committed or aborted, by the epoch of their
     /// PREPARE: what a scan must wait for before it reads (see `scan.rs`).
     prepared: Mutex<BTreeMap<Epoch, u32>>,
+    /// Writes this node applied as primary that its backups have not been told of yet
+    /// (`unconfirmed.rs`), and whether the last `confirm_tick` already saw them waiting.
+    confirms: Mutex<(Vec<u64>, bool)>,
 }
 
 impl Partition {
@@ -46,6 +49,7 @@ impl Partition {
             locks: RowLocks::default(),
             inflight: Mutex::new(BTreeMap::new()),
             prepared: Mutex::new(BTreeMap::new()),
+            confirms: Mutex::new((Vec::new(), false)),
         }
     }
 
@@ -76,6 +80,36 @@ impl Partition {
 
     pub fn activate(&self, term: u64) {
         self.active_term.fetch_max(term, Ordering::AcqRel);
+        // What a primary holds is what it shows: nothing of it waits for a confirmation now.
+        self.store.lock().unconfirmed.clear();
+    }
+
+    /// This node, as primary, applied its write `seq`: the backups may show it to reads made
+    /// as the primary once they hear so (`unconfirmed.rs`).
+    pub fn applied_as_primary(&self, seq: u64) {
+        self.confirms.lock().0.push(seq);
+    }
+
+    /// The confirmations to send with this partition's next message to its backups.
+    pub fn take_confirms(&self) -> Vec<u64> {
+        let mut c = self.confirms.lock();
+        c.1 = false;
+        std::mem::take(&mut c.0)
+    }
+
+    /// Called every `CONFIRM_DELAY`: the confirmations that waited since the last call
+    /// (no write took them along meanwhile), to be sent on their own.
+    pub fn confirm_tick(&self) -> Vec<u64> {
+        let mut c = self.confirms.lock();
+        if c.0.is_empty() {
+            return vec![];
+        }
+        if !c.1 {
+            c.1 = true;
+            return vec![];
+        }
+        c.1 = false;
+        std::mem::take(&mut c.0)
     }
 
     pub fn enter_write(&self, epoch: Epoch) -> InflightGuard<'_> {

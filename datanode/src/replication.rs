@@ -49,6 +49,12 @@ pub async fn replicate_txn(
     images: Vec<Image>,
     txn: Option<TxnTag>,
 ) -> Result<(), ShoalError> {
+    // The writes applied since the last message ride along (not on barriers: a new primary
+    // confirms nothing of the old one's).
+    let confirmed = match table {
+        BARRIER_TABLE => vec![],
+        _ => node.partition(table, pa.partition).map(|p| p.take_confirms()).unwrap_or_default(),
+    };
     let msg = Replicate {
         from: node.id,
         table,
@@ -58,6 +64,7 @@ pub async fn replicate_txn(
         gci,
         images,
         txn,
+        confirmed,
     };
     let targets = pa.replicas.iter().map(|r| r.node_id).filter(|&n| n != node.id);
     let sends = targets.map(|to| send_to(node, to, pa, msg.clone()));
@@ -136,6 +143,12 @@ pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
     if req.primary_term < newest || pa.primary != Some(req.from) {
         return Err(ShoalError::stale_epoch(map.epoch, req.epoch));
     }
+    if !req.confirmed.is_empty() {
+        let mut store = part.store.lock();
+        for &seq in &req.confirmed {
+            store.unconfirmed.confirm(req.primary_term, seq);
+        }
+    }
     if let Some(t) = req.txn {
         tracing::debug!(txn = format!("{:x}", t.id), partition = req.partition, step = ?t.step, from = req.from, images = req.images.len(), "txn replicate");
     }
@@ -161,8 +174,54 @@ pub async fn apply(node: &Node, req: Replicate) -> Result<(), ShoalError> {
         // Logged where it is applied (under the store lock), and only if it changes anything.
         if store.is_newer(&img) {
             node.durability.log(req.gci, req.table, req.partition, &img);
+            // Applied here before the primary applies it: hidden from reads made as the
+            // primary until it confirms (`unconfirmed.rs`).
+            store.unconfirmed.add(&img.key, req.primary_term, img.seq);
             store.apply(img);
         }
     }
     Ok(())
+}
+
+/// How long a primary's confirmations of applied writes wait for a write to take them to the
+/// backups before they go on their own (`unconfirmed.rs`): one to two of these. Until they
+/// arrive, reads made as the primary of those keys go to the primary; under load the next
+/// write of the partition takes them along. Longer means fewer messages of their own (each
+/// wakes the backup) on partitions written now and then.
+pub const CONFIRM_DELAY: Duration = Duration::from_millis(50);
+
+/// Sends each partition's confirmations that waited a whole `CONFIRM_DELAY` to its backups, in
+/// a message without images, while this node is still the partition's primary. A lost one
+/// only leaves reads of those keys going to the primary.
+pub async fn confirm_loop(node: std::sync::Arc<Node>) {
+    let mut tick = tokio::time::interval(CONFIRM_DELAY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let map = node.map();
+        for part in node.partitions() {
+            let confirmed = part.confirm_tick();
+            if confirmed.is_empty() {
+                continue;
+            }
+            let Some(pa) = map.partition(part.id).filter(|pa| pa.primary == Some(node.id)) else { continue };
+            let msg = Replicate {
+                from: node.id,
+                table: part.table,
+                partition: part.id,
+                primary_term: pa.primary_term,
+                epoch: map.epoch,
+                gci: 0,
+                images: vec![],
+                txn: None,
+                confirmed,
+            };
+            for r in pa.replicas.iter().filter(|r| r.node_id != node.id) {
+                let (node, msg, to) = (node.clone(), msg.clone(), r.node_id);
+                tokio::spawn(async move {
+                    let _ = node.transport.replicate(to, msg).await;
+                });
+            }
+        }
+    }
 }

@@ -226,11 +226,11 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
     if let Err(e) = node.ensure_epoch(req.epoch).await {
         return failed(e);
     }
-    let read_backup = req.read_backup;
+    let at = ops::ReadAt::of(req.read_backup, req.as_primary);
     let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
     let results: Vec<OpAnswer> = if ops.iter().all(|o| o.as_ref().is_ok_and(|o| o.kind == OpKind::Read)) {
         // Reads finish without waiting on anything: answer inline.
-        ops::read_many(node, ops, read_backup).into_iter().map(|r| (r, 0)).collect()
+        ops::read_many(node, ops, at).into_iter().map(|r| (r, 0)).collect()
     } else {
         // Writes run in their own task: once replication starts it must finish even if the
         // caller goes away.
@@ -244,7 +244,7 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
                         Err(e) => return (Err(e), 0),
                     };
                     match op.kind {
-                        OpKind::Read => (ops::read(&node, op, read_backup), 0),
+                        OpKind::Read => (ops::read(&node, op, at), 0),
                         _ => match ops::write(node, op).await {
                             Ok(Some(gci)) => (Ok(Answer::Row(None)), gci),
                             Ok(None) => (Ok(Answer::Unchanged), 0),

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::durability::Durability;
 use crate::node::{Node, NodeSetup, Timing};
-use crate::ops::{self, Op, OpKind};
+use crate::ops::{self, Op, OpKind, ReadAt};
 use crate::storage::MemoryBudget;
 use crate::transport::{BoxFuture, CopyRequest, CopyStream, Replicate, Transport};
 
@@ -23,6 +23,9 @@ use crate::transport::{BoxFuture, CopyRequest, CopyStream, Replicate, Transport}
 struct Net {
     nodes: Mutex<HashMap<NodeId, Arc<Node>>>,
     cut: Mutex<HashSet<NodeId>>,
+    /// While set, a replica's acknowledgement of images waits for it: the replica has applied
+    /// them, its primary not yet.
+    hold: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 struct SimTransport(Arc<Net>);
@@ -39,9 +42,14 @@ impl SimTransport {
 impl Transport for SimTransport {
     fn replicate(&self, to: NodeId, msg: Replicate) -> BoxFuture<Result<(), ShoalError>> {
         let target = self.reach(to);
+        let hold = if msg.images.is_empty() { None } else { self.0.hold.lock().clone() };
         Box::pin(async move {
             let target = target?;
-            crate::replication::apply(&target, msg).await
+            crate::replication::apply(&target, msg).await?;
+            if let Some(hold) = hold {
+                let _ = hold.acquire().await;
+            }
+            Ok(())
         })
     }
 
@@ -194,7 +202,7 @@ impl Sim {
     }
 
     fn read_at(&self, at: NodeId, k: i64) -> Result<Option<i64>, ShoalError> {
-        let row = one_row(ops::read(&self.node(at), self.op(OpKind::Read, k, 0), true)?);
+        let row = one_row(ops::read(&self.node(at), self.op(OpKind::Read, k, 0), ReadAt::AnyReplica)?);
         let row = row.map(|d| codec::decode_row(&self.table(), &d)).transpose()?;
         Ok(row.map(|r| r[1].as_i64().expect("int value")))
     }
@@ -265,7 +273,7 @@ async fn a_range_read_counts_through_its_keys_in_the_partitions_it_names() {
     for id in [11, 12] {
         let mine: Vec<u32> =
             (0..t.partition_count).filter(|&p| sim.model.cluster.partitions[p as usize].primary == Some(id)).collect();
-        let answer = ops::read_many(&sim.node(id), vec![Ok(range_op(mine))], false).pop().unwrap().unwrap();
+        let answer = ops::read_many(&sim.node(id), vec![Ok(range_op(mine))], ReadAt::Primary).pop().unwrap().unwrap();
         let ops::Answer::Rows { rows, range: true, .. } = answer else { panic!("a range read answered {answer:?}") };
         assert_eq!(rows.len(), 80, "one row per key of the run");
         for (at, row) in rows.iter().enumerate().filter(|(_, row)| !row.is_empty()) {
@@ -280,9 +288,10 @@ async fn a_range_read_counts_through_its_keys_in_the_partitions_it_names() {
     // A partition the node is not primary of fails the read (unless read-backup).
     let theirs: Vec<u32> =
         (0..t.partition_count).filter(|&p| sim.model.cluster.partitions[p as usize].primary != Some(11)).collect();
-    let e = ops::read_many(&sim.node(11), vec![Ok(range_op(theirs.clone()))], false).pop().unwrap().unwrap_err();
+    let e =
+        ops::read_many(&sim.node(11), vec![Ok(range_op(theirs.clone()))], ReadAt::Primary).pop().unwrap().unwrap_err();
     assert_eq!(e.code, ErrorCode::NotPrimary);
-    assert!(ops::read_many(&sim.node(11), vec![Ok(range_op(theirs))], true).pop().unwrap().is_ok());
+    assert!(ops::read_many(&sim.node(11), vec![Ok(range_op(theirs))], ReadAt::AnyReplica).pop().unwrap().is_ok());
 }
 
 #[tokio::test]
@@ -340,7 +349,7 @@ async fn no_lease_no_service() {
     sim.node(primary).drop_lease();
     let e = sim.write(primary, k, 1).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::NodeNotReady);
-    let e = ops::read(&sim.node(primary), sim.op(OpKind::Read, k, 0), false).unwrap_err();
+    let e = ops::read(&sim.node(primary), sim.op(OpKind::Read, k, 0), ReadAt::Primary).unwrap_err();
     assert_eq!(e.code, ErrorCode::NodeNotReady);
 }
 
@@ -473,7 +482,7 @@ async fn moved_primary_serves_only_after_the_old_one_stopped() {
     let e = sim.write(12, k, 2).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::NodeNotReady, "{e}");
     assert_eq!(sim.write(11, k, 3).await.unwrap_err().code, ErrorCode::NotPrimary);
-    let at_11 = one_row(ops::read(&sim.node(11), sim.op(OpKind::Read, k, 0), false).unwrap());
+    let at_11 = one_row(ops::read(&sim.node(11), sim.op(OpKind::Read, k, 0), ReadAt::Primary).unwrap());
     let at_11 = at_11.map(|d| codec::decode_row(&sim.table(), &d).unwrap());
     assert_eq!(at_11.map(|r| r[1].clone()), Some(Value::Int(1)), "the old primary still has the committed value");
     // Node 11 learns the new map: from now on only node 12 serves.
@@ -591,4 +600,84 @@ async fn commit_decision_rides_on_the_coordinators_own_commit() {
     let tc = sim.primary_of(first);
     let other = (2..1000).find(|&k| sim.primary_of(k) != tc).expect("a partition the peer leads");
     decision_rides_on_own_commit(&sim, tc, first, other).await;
+}
+
+/// What node `at` answers to a read of key `k` made as the primary would answer it.
+fn read_as_primary(sim: &Sim, at: NodeId, k: i64) -> Result<Option<i64>, ShoalError> {
+    let row = one_row(ops::read(&sim.node(at), sim.op(OpKind::Read, k, 0), ReadAt::AsPrimary)?);
+    let row = row.map(|d| codec::decode_row(&sim.table(), &d)).transpose()?;
+    Ok(row.map(|r| r[1].as_i64().expect("int value")))
+}
+
+/// The same through a many-key read (the way `Client::read_many` asks): `Ok(None)` also when
+/// the row is absent.
+fn read_many_as_primary(sim: &Sim, at: NodeId, k: i64) -> Result<Option<i64>, ShoalError> {
+    let t = sim.table();
+    let (key, _) = codec::encode_key(&t, vec![Value::Int(k)]).unwrap();
+    let mut op = sim.op(OpKind::Read, k, 0);
+    op.keys = vec![(key.into(), op.partition)];
+    op.packed_rows = true;
+    let answer = ops::read(&sim.node(at), op, ReadAt::AsPrimary)?;
+    let ops::Answer::Rows { rows, .. } = answer else { panic!("a many-key read answered {answer:?}") };
+    let first = rows.iter().next().expect("one row per key");
+    let row = (!first.is_empty()).then(|| codec::decode_row(&t, first)).transpose()?;
+    Ok(row.map(|r| r[1].as_i64().expect("int value")))
+}
+
+/// Waits (up to a second) until node `at` answers `want` for key `k` read as the primary.
+async fn confirmed(sim: &Sim, at: NodeId, k: i64, want: Option<i64>) {
+    for _ in 0..100 {
+        if read_as_primary(sim, at, k).ok() == Some(want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("node {at} never answered {want:?} as the primary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_answers_as_the_primary_only_what_the_primary_confirmed() {
+    let sim = Sim::new(2).await;
+    let k = 5;
+    let primary = sim.primary_of(k);
+    let backup = if primary == 11 { 12 } else { 11 };
+    let confirmations = tokio::spawn(crate::replication::confirm_loop(sim.node(primary)));
+
+    sim.write(primary, k, 1).await.unwrap();
+    confirmed(&sim, backup, k, Some(1)).await;
+    assert_eq!(read_many_as_primary(&sim, backup, k).unwrap(), Some(1));
+
+    // The backup has applied a write the primary has not: as the primary it refuses the key;
+    // read as a backup it shows the new value; the primary still shows the old one.
+    for (v, want_at_backup) in [(Some(2), Some(2)), (None, None)] {
+        let hold = Arc::new(tokio::sync::Semaphore::new(0));
+        *sim.net.hold.lock() = Some(hold.clone());
+        let op = match v {
+            Some(v) => sim.op(OpKind::Upsert, k, v),
+            None => sim.op(OpKind::Delete, k, 0),
+        };
+        let write = tokio::spawn(ops::write(sim.node(primary), op));
+        for _ in 0..100 {
+            if sim.read_at(backup, k).unwrap() == want_at_backup {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(sim.read_at(backup, k).unwrap(), want_at_backup, "the backup applied the write");
+        let before = if v == Some(2) { Some(1) } else { Some(2) };
+        assert_eq!(read_as_primary(&sim, primary, k).unwrap(), before);
+        assert_eq!(read_as_primary(&sim, backup, k).unwrap_err().code, ErrorCode::NotPrimary);
+        assert_eq!(read_many_as_primary(&sim, backup, k).unwrap_err().code, ErrorCode::NotPrimary);
+        // Waited a whole confirmation delay: still nothing to confirm.
+        tokio::time::sleep(crate::replication::CONFIRM_DELAY * 3).await;
+        assert_eq!(read_as_primary(&sim, backup, k).unwrap_err().code, ErrorCode::NotPrimary);
+
+        *sim.net.hold.lock() = None;
+        hold.add_permits(1);
+        write.await.unwrap().unwrap();
+        assert_eq!(read_as_primary(&sim, primary, k).unwrap(), want_at_backup);
+        confirmed(&sim, backup, k, want_at_backup).await;
+        assert_eq!(read_many_as_primary(&sim, backup, k).unwrap(), want_at_backup);
+    }
+    confirmations.abort();
 }

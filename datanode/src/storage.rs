@@ -22,6 +22,7 @@ use hashbrown::HashTable;
 use shoal_proto::Table;
 
 use crate::index::OrderedIndex;
+use crate::unconfirmed::Unconfirmed;
 
 /// Bookkeeping bytes charged per row on top of its key and data.
 pub const ROW_OVERHEAD_BYTES: u64 = 48;
@@ -131,6 +132,8 @@ pub struct PartitionStore {
     /// layout their entries are decoded with.
     indexes: Vec<OrderedIndex>,
     layout: Option<Arc<Table>>,
+    /// Writes applied here as a backup that the primary has not confirmed applying itself.
+    pub unconfirmed: Unconfirmed,
 }
 
 impl PartitionStore {
@@ -146,6 +149,7 @@ impl PartitionStore {
             open_cursors: 0,
             indexes: Vec::new(),
             layout: None,
+            unconfirmed: Unconfirmed::default(),
         }
     }
 

@@ -40,6 +40,9 @@ pub struct Replicate {
     pub images: Vec<Image>,
     /// Images of a transaction, and what to do with them (None: apply, as for a single write).
     pub txn: Option<TxnTag>,
+    /// Sequence numbers of this partition's earlier writes that the primary has applied
+    /// itself since its last message (see `replication.rs`, reads as the primary).
+    pub confirmed: Vec<u64>,
 }
 
 /// What a replica does with a transaction's images.
@@ -120,6 +123,7 @@ fn replicate_to_pb(m: &Replicate) -> pb::ReplicateRequest {
             TxnStep::Record => pb::TxnPhase::Record,
         }) as i32,
         txn_tc: m.txn.map_or(0, |t| t.tc),
+        confirmed: m.confirmed.clone(),
     }
 }
 
@@ -139,6 +143,7 @@ pub fn replicate_from_pb(r: pb::ReplicateRequest) -> Replicate {
             Ok(pb::TxnPhase::Record) => Some(TxnTag { id: r.txn_id, tc: r.txn_tc, step: TxnStep::Record }),
             _ => None,
         },
+        confirmed: r.confirmed,
     }
 }
 

@@ -558,6 +558,7 @@ async fn commit_parts(
         let partition = pa.partition;
         let mut store = part.store.lock();
         for (img, reserved) in images {
+            part.applied_as_primary(img.seq);
             node.durability.log(gci, table, partition, &img);
             match img.data {
                 Some(d) => store.put_reserved(&img.key, d, img.seq, reserved),
@@ -690,6 +691,7 @@ pub async fn push_prepared(node: &Node, table: TableId, partition: PartitionId, 
             gci: 0,
             images,
             txn: Some(TxnTag { id: txn, tc: st.tc, step: TxnStep::Prepare }),
+            confirmed: vec![],
         };
         tracing::info!(txn = format!("{txn:x}"), partition, to, "pushing a prepared transaction to a new replica");
         // Sent while holding the transaction: its COMMIT (or ABORT), which tells `to` to drop
