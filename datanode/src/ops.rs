@@ -248,7 +248,8 @@ fn lookup_many<K: AsRef<[u8]>, const CHECK: bool>(
         .map(|(key, part)| {
             part.as_ref().and_then(|p| {
                 let store = p.store.lock();
-                refused |= refuses(p) && store.unconfirmed.holds(key.as_ref());
+                // A flag, not `?` inside the loop: the first pass keeps its plain `collect`.
+                refused |= refuse_unconfirmed(&store, key.as_ref(), refuses(p)).is_err();
                 store.locate(key.as_ref())
             })
         })
@@ -265,9 +266,7 @@ fn lookup_many<K: AsRef<[u8]>, const CHECK: bool>(
     for ((key, part), at) in reads.iter().zip(places) {
         if let (Some(part), Some(at)) = (part, at) {
             let store = part.store.lock();
-            if refuses(part) && store.unconfirmed.holds(key.as_ref()) {
-                return Err(unconfirmed_error());
-            }
+            refuse_unconfirmed(&store, key.as_ref(), refuses(part))?;
             if let Some(slot) = store.row_at(at, key.as_ref()) {
                 let before = rows.buf().len();
                 copy_row(slot.data(), keep, rows.buf())?;
