@@ -12,6 +12,7 @@
 //! the run lands there, so short runs go key by key (`Client::read_many`), as does any run
 //! whose range reads fail for any reason: that path has the retries and map refreshes.
 
+use shoal_proto::aggregate::{Aggregate, Partial};
 use shoal_proto::packed_rows::PackedRows;
 use shoal_proto::{codec, pb, ClusterState, ColumnType, NodeId, PartitionId, ShoalError, Table, Value};
 
@@ -177,6 +178,49 @@ impl Client {
             self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], ..Default::default() })
         });
         merge(t, count, futures::future::join_all(sends).await, rows)
+    }
+
+    /// The aggregates `aggs` of the rows of a run of `count` keys from `lo` (as
+    /// [`Client::read_key_range`] reads them, without locks), folded where the rows are
+    /// (`shoal_proto::aggregate`): one partial per aggregate, every node's share merged. None
+    /// when the run does not go as range reads or anything failed: the caller then reads the
+    /// rows, the way with the retries.
+    pub async fn aggregate_key_range(
+        &self,
+        table: &str,
+        lo: i128,
+        count: u32,
+        aggs: &[Aggregate],
+    ) -> Option<Vec<Partial>> {
+        let map = self.map();
+        let t = map.table(table)?;
+        let start = codec::int_key_run(t, lo, count)
+            .filter(|_| count >= t.partition_count.saturating_mul(MIN_KEYS_PER_PARTITION))?;
+        let read_backup = self.inner.opts.read_backup;
+        let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sends = shares(&map, t, read_backup, spread)?.into_iter().map(|(node, partitions)| {
+            let op = pb::Op {
+                kind: pb::OpKind::Read as i32,
+                table_id: t.id,
+                range_start: start,
+                range_count: count,
+                key_partitions: partitions,
+                aggregates: aggs.iter().map(|a| a.to_pb()).collect(),
+                ..Default::default()
+            };
+            self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], ..Default::default() })
+        });
+        let mut out = vec![Partial::default(); aggs.len()];
+        for answer in futures::future::join_all(sends).await {
+            let [r] = <[pb::OpResult; 1]>::try_from(answer.ok()?).ok()?;
+            if r.error.is_some() || r.aggregates.len() != aggs.len() {
+                return None;
+            }
+            for ((sum, share), a) in out.iter_mut().zip(&r.aggregates).zip(aggs) {
+                sum.merge(a.kind, Partial::from_pb(share).ok()?).ok()?;
+            }
+        }
+        Some(out)
     }
 }
 

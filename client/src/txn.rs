@@ -196,6 +196,21 @@ impl Transaction {
         found.map(|row| row.map(|row| rows.convert(row))).collect()
     }
 
+    /// [`Client::aggregate_key_range`], while this transaction has written nothing (its reads
+    /// then see what autocommit reads see); None otherwise, and the caller reads the rows.
+    pub async fn aggregate_key_range(
+        &self,
+        table: &str,
+        lo: i128,
+        count: u32,
+        aggs: &[shoal_proto::aggregate::Aggregate],
+    ) -> Option<Vec<shoal_proto::aggregate::Partial>> {
+        if self.finished || !self.parts.is_empty() {
+            return None;
+        }
+        self.client.aggregate_key_range(table, lo, count, aggs).await
+    }
+
     /// Runs operations in the transaction, batched per data node.
     pub async fn execute(&mut self, ops: Vec<(KeyOp, LockMode)>) -> Vec<OpOutcome> {
         self.execute_fetching(ops, &[]).await

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use shoal_proto::aggregate::{Aggregate, Folder, Partial};
 use shoal_proto::bytes::Bytes;
 use shoal_proto::codec::{self, check_row, coerce, decode_row, encode_key, encode_row, Projection};
 use shoal_proto::packed_rows::{PackedRows, RowsWriter};
@@ -52,6 +53,8 @@ pub struct Op {
     pub deltas: Vec<Delta>,
     /// A many-key or range read's caller wants the rows packed (`Op.packed_rows`).
     pub packed_rows: bool,
+    /// A range read's caller wants these aggregates of its rows instead of the rows.
+    pub aggregates: Vec<Aggregate>,
 }
 
 /// A range read's keys: `count` keys whose 8-byte encoding counts up from `start`
@@ -100,6 +103,8 @@ pub enum Answer {
     /// A many-key read's rows, one per key, or a range read's (`range`), one per key of the
     /// run; empty where the key has no row here. `packed`: the caller wants them so.
     Rows { rows: PackedRows, range: bool, packed: bool },
+    /// A range read's aggregates (`Op.aggregates`) over the rows this node has, in order.
+    Aggregates(Vec<Partial>),
 }
 
 /// Which replica may answer a read, and what it shows.
@@ -140,6 +145,9 @@ pub fn read_many(node: &Node, ops: Vec<Result<Op, ShoalError>>, at: ReadAt) -> V
     ops.into_iter()
         .map(|op| {
             let op = op?;
+            if let Some(range) = op.range.as_ref().filter(|_| !op.aggregates.is_empty()) {
+                return aggregate_range(&mut targets, op.table, range, &op.aggregates).map(Answer::Aggregates);
+            }
             if let Some(range) = &op.range {
                 let rows = read_range(&mut targets, op.table, range, &op.columns)?;
                 return Ok(Answer::Rows { rows, range: true, packed: op.packed_rows });
@@ -177,14 +185,58 @@ fn read_range(
     range: &KeyRange,
     columns: &[u32],
 ) -> Result<PackedRows, ShoalError> {
-    let t = table_of(targets.map, table)?;
+    let t = range_table(targets.map, table)?;
+    let keep = wanted(t, columns)?;
+    with_range_reads(targets, t, range, |reads, refusing| lookup_rows(reads, keep.as_ref(), refusing))
+}
+
+/// A range read's aggregates ([`Op::aggregates`]): the rows of the range that this node has,
+/// folded into one partial per aggregate. The keys are located and refused as a range read's.
+fn aggregate_range(
+    targets: &mut Targets,
+    table: TableId,
+    range: &KeyRange,
+    aggs: &[Aggregate],
+) -> Result<Vec<Partial>, ShoalError> {
+    let t = range_table(targets.map, table)?;
+    let mut folder = Folder::new(t, aggs)?;
+    with_range_reads(targets, t, range, |reads, refusing| {
+        for (key, part) in reads {
+            let Some(part) = part else { continue };
+            let store = part.store.lock();
+            let refuse = refusing.iter().any(|r| std::ptr::eq(r.as_ref(), *part));
+            refuse_unconfirmed(&store, key, refuse)?;
+            if let Some(slot) = store.get(key) {
+                folder.add_row(slot.data())?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(folder.partials)
+}
+
+/// The table a range read names, which must have a single integer primary key.
+fn range_table(map: &ClusterState, table: TableId) -> Result<&Table, ShoalError> {
+    let t = table_of(map, table)?;
     if codec::int_key_type(t).is_none() {
         return Err(ShoalError::new(
             ErrorCode::InvalidArgument,
             format!("table {} has no single integer primary key to read a range of", t.name()),
         ));
     }
-    let keep = wanted(t, columns)?;
+    Ok(t)
+}
+
+/// Runs `read` over the keys of `range` (each with its partition's replica here, None for a
+/// partition the caller sent elsewhere) and the partitions whose reads must refuse
+/// unconfirmed keys ([`refuse_unconfirmed`]).
+fn with_range_reads<T>(
+    targets: &mut Targets,
+    t: &Table,
+    range: &KeyRange,
+    read: impl FnOnce(&[([u8; 8], Option<&Partition>)], &[Arc<Partition>]) -> Result<T, ShoalError>,
+) -> Result<T, ShoalError> {
+    let table = t.id;
     // Checked once each, before any key: a partition this node may not serve fails the read.
     let mut parts = Vec::with_capacity(range.partitions.len());
     let mut refusing = vec![];
@@ -203,7 +255,7 @@ fn read_range(
         let part = parts.iter().find(|(q, _)| *q == p).map(|(_, part)| part.as_ref());
         reads.push((key, part));
     }
-    lookup_rows(&reads, keep.as_ref(), &refusing)
+    read(&reads, &refusing)
 }
 
 /// Most bytes a many-row answer's buffer is sized for up front (it grows past that as needed).

@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use shoal_proto::aggregate::{Aggregate, Partial};
 use shoal_proto::convert::{deltas_from_pb, values_from_pb, values_to_pb};
 use shoal_proto::filter::Filter;
 use shoal_proto::pb::{self, data_node_server::DataNode};
@@ -55,6 +56,10 @@ fn op_from_pb(mut op: pb::Op) -> Result<Op, ShoalError> {
             "a range read names its keys by its start and count only, within 8-byte keys",
         ));
     }
+    if !op.aggregates.is_empty() && op.range_count == 0 {
+        return Err(ShoalError::new(ErrorCode::InvalidArgument, "only range reads compute aggregates"));
+    }
+    let aggregates = op.aggregates.iter().map(Aggregate::from_pb).collect::<Result<Vec<_>, _>>()?;
     let range = (op.range_count > 0).then(|| KeyRange {
         start: op.range_start,
         count: op.range_count,
@@ -72,6 +77,7 @@ fn op_from_pb(mut op: pb::Op) -> Result<Op, ShoalError> {
         columns: op.columns,
         deltas: deltas_from_pb(op.deltas),
         packed_rows: op.packed_rows,
+        aggregates,
     })
 }
 
@@ -93,6 +99,9 @@ fn result_to_pb((r, gci): OpAnswer) -> pb::OpResult {
         Ok(Answer::Rows { rows, range: true, packed: false }) => {
             let (rows, row_offsets) = rows.into_found();
             pb::OpResult { rows, row_offsets, ..Default::default() }
+        }
+        Ok(Answer::Aggregates(partials)) => {
+            pb::OpResult { aggregates: partials.into_iter().map(Partial::to_pb).collect(), ..Default::default() }
         }
         Err(e) => pb::OpResult { error: Some(e.into()), ..Default::default() },
     }

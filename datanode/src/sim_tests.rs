@@ -227,6 +227,7 @@ fn op_on(table: &Table, kind: OpKind, k: i64, v: i64) -> Op {
         columns: vec![],
         deltas: vec![],
         packed_rows: false,
+        aggregates: vec![],
     }
 }
 

@@ -4,6 +4,7 @@
 //! domain types in [`types`]; [`convert`] turns protobuf messages into them (validating) and
 //! back. Nothing outside RPC modules should touch `pb` types.
 
+pub mod aggregate;
 pub mod alloc;
 pub mod codec;
 pub mod config;

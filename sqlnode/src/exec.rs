@@ -29,6 +29,7 @@ use tokio_stream::StreamExt;
 
 use crate::error::{code, SqlError, SqlResult};
 use crate::session::{object_parts, Outcome, ResultSet, Session};
+use crate::sql::agg_pushdown;
 use crate::sql::bind::{Binder, Scope, TableRef};
 use crate::sql::expr::Expr;
 use crate::sql::plan::{self, Access};
@@ -386,6 +387,16 @@ impl Session {
                     run.presorted();
                 } else if plan::filter_implied(&scan.table, sp.filter.as_ref(), &access) {
                     run.filtered();
+                    // Exactly the run's rows: their aggregates may come from the data nodes.
+                    if let Access::KeyRun { lo, count } = access {
+                        if let Some(aggs) = agg_pushdown::pushable(sp, &scan.table) {
+                            let name = &scan.table.table.spec.name;
+                            if let Some(partials) = self.kv_key_run_aggregates(name, lo, count, &aggs).await {
+                                run.take_group(agg_pushdown::accumulators(sp, &scan.table, &partials));
+                                return run.finish();
+                            }
+                        }
+                    }
                 }
                 let columns = crate::sql::select::needed_columns(sp, &scan.table);
                 self.for_each_val(&scan.table, access, &columns, |row| run.feed(row)).await?;

@@ -13,6 +13,7 @@
 use std::sync::atomic::Ordering;
 
 use shoal_client::{KeyOp, LockMode, OpOutcome, RowDecoder};
+use shoal_proto::aggregate::{Aggregate, Partial};
 use shoal_proto::{ErrorCode, ShoalError, Value};
 
 use crate::error::SqlResult;
@@ -144,6 +145,32 @@ impl Session {
         }
         let keys = self.client().run_keys(table, lo, count);
         Ok(self.kv_batch_get(table, keys, columns).await?.into_iter().flatten().map(|row| rows.convert(row)).collect())
+    }
+
+    /// The aggregates `aggs` of the rows of a run of keys, folded in the data nodes
+    /// ([`Client::aggregate_key_range`]), where [`Session::kv_key_run`] would read the rows as
+    /// range reads: lock-free, and in a transaction only while it has written nothing. None:
+    /// read the rows.
+    ///
+    /// [`Client::aggregate_key_range`]: shoal_client::Client::aggregate_key_range
+    pub(crate) async fn kv_key_run_aggregates(
+        &self,
+        table: &str,
+        lo: i128,
+        count: u32,
+        aggs: &[Aggregate],
+    ) -> Option<Vec<Partial>> {
+        if !self.in_cluster_txn().await {
+            return self.client().aggregate_key_range(table, lo, count, aggs).await;
+        }
+        if self.read_lock() != LockMode::None {
+            return None;
+        }
+        let t = self.txn.lock().await;
+        match t.as_ref() {
+            Some(tx) => tx.aggregate_key_range(table, lo, count, aggs).await,
+            None => self.client().aggregate_key_range(table, lo, count, aggs).await,
+        }
     }
 
     /// Opens a transaction for one statement when autocommit is on and none is open; returns

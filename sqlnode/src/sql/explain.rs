@@ -2,6 +2,7 @@
 //! the filters the data nodes evaluate) and what the SQL node does with it (joins, derived
 //! tables, subqueries). Pure.
 
+use crate::sql::agg_pushdown;
 use crate::sql::bind::TableRef;
 use crate::sql::expr::Expr;
 use crate::sql::plan::{self, Access};
@@ -39,7 +40,16 @@ fn query(plan: &QueryPlan, prefix: &str, out: &mut Vec<Vec<String>>) {
                     let a = plan::choose(t, s.filter.as_ref());
                     let a = crate::exec::index_order(s, t, &a).unwrap_or(a);
                     let name = t.alias.clone().unwrap_or_else(|| t.name.clone());
-                    out.push(vec![format!("{prefix}{name}"), a.describe(), pushed_text(t, &a), String::new()]);
+                    let note = match a {
+                        Access::KeyRun { .. }
+                            if plan::filter_implied(t, s.filter.as_ref(), &a)
+                                && agg_pushdown::pushable(s, t).is_some() =>
+                        {
+                            "aggregates computed in the data nodes"
+                        }
+                        _ => "",
+                    };
+                    out.push(vec![format!("{prefix}{name}"), a.describe(), pushed_text(t, &a), note.into()]);
                 }
                 other => from(other, prefix, "", out),
             }

@@ -2,6 +2,7 @@
 //! plans and their in-memory execution (joins, subqueries, set operations).
 
 pub mod account;
+pub mod agg_pushdown;
 pub mod bind;
 pub mod explain;
 pub mod expr;

@@ -337,6 +337,15 @@ impl<'p> SelectRun<'p> {
         self.filtered = true;
     }
 
+    /// Takes the one group of a query without GROUP BY as aggregated elsewhere (the data
+    /// nodes: `agg_pushdown`), instead of rows: `accs` are its finished accumulators. Only
+    /// for plans whose outputs read aggregates alone, so its row's columns are never read.
+    pub fn take_group(&mut self, accs: Vec<Acc>) {
+        let mut g = self.new_group(vec![Val::Null; self.plan.width]);
+        g.accs = accs;
+        self.group_rows.push(g);
+    }
+
     fn new_group(&self, rep: Vec<Val>) -> Group {
         let p = self.plan;
         Group {
