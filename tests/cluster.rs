@@ -87,10 +87,11 @@ async fn acknowledged_write_reads_back_from_primary_and_every_replica() {
     }
     // Reads as the primary from any replica (one request per node group, a backup answering
     // as the primary would): every write reads back at once, a single key or many at a time,
-    // while another client keeps writing other keys of the same partitions.
+    // while another client keeps writing other keys of the same partitions. Single keys go to
+    // the client's home replica, as a SQL node's point selects do.
     let anywhere = Client::connect_with(
         &cluster.mgmd_addrs,
-        shoal_client::ClientOptions { read_any_replica: true, ..Default::default() },
+        shoal_client::ClientOptions { read_any_replica: true, home_replica: true, ..Default::default() },
     )
     .await
     .unwrap();

@@ -51,6 +51,11 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
         Batcher { tx, slots, send, direct }
     }
 
+    /// Calls waiting for a free slot (those of the batches on the wire not counted).
+    pub fn queued(&self) -> usize {
+        QUEUE_CALLS - self.tx.capacity()
+    }
+
     /// Sends `item` in the next batch and waits for its output. None if the batcher stopped.
     pub async fn call(&self, item: I) -> Option<O> {
         if self.direct && self.tx.capacity() == QUEUE_CALLS {

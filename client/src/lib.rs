@@ -82,6 +82,9 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// is up to one more round trip when calls arrive while one is out on an idle machine. Reads
 /// never queue behind writes, which wait for their replication.
 pub const MAX_INFLIGHT_PER_NODE: usize = 1;
+/// Calls waiting at a client's home replica of a node group before a lone key read as the
+/// primary goes to the next replica instead (see `Client::home_spread`).
+const HOME_QUEUE: usize = 16;
 /// Most operations in one request to a data node (the data node's limit).
 pub const MAX_OPS_PER_REQUEST: usize = 1000;
 /// A `sync` write waits at least this long for its global checkpoint, whatever is left of
@@ -104,6 +107,11 @@ pub struct ClientOptions {
     /// writes its primary has not confirmed, and those are read at the primary. One request
     /// per node group for a batch of keys instead of one per primary.
     pub read_any_replica: bool,
+    /// With `read_any_replica`, a lone key read goes to this client's home replica of its node
+    /// group, so that concurrent ones merge into one batch, unless many calls already wait
+    /// there (`Client::home_spread`). For a client with many concurrent callers (a SQL node);
+    /// a lone caller's reads ran slower at one node than taking turns between two.
+    pub home_replica: bool,
     /// How to reach the data nodes: their local sockets when they run in this network namespace
     /// (the default), or TCP always (`shoal_proto::grpc`, "Local sockets").
     pub transport: Transport,
@@ -115,6 +123,7 @@ impl Default for ClientOptions {
             deadline: DEFAULT_DEADLINE,
             read_backup: false,
             read_any_replica: false,
+            home_replica: false,
             transport: Transport::Auto,
         }
     }
@@ -214,6 +223,9 @@ struct Inner {
     retries: AtomicU64,
     /// Turns of read-backup calls across replicas (see `route`).
     spread: AtomicUsize,
+    /// Which replica of each node group is this client's home for lone key reads as the
+    /// primary (`route`'s `spread`): random per client, so clients share the replicas.
+    home: usize,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -316,6 +328,7 @@ impl Client {
             hidden_next: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             spread: AtomicUsize::new(0),
+            home: shoal_proto::hash::fmix64(nanos ^ 0x686f_6d65) as usize,
             watcher: Mutex::new(None),
         });
         let weak = Arc::downgrade(&inner);
@@ -809,6 +822,24 @@ impl Client {
             .call(req)
             .await
             .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
+    }
+
+    /// Which replica a lone key read as the primary of `partition` goes to (`route`'s
+    /// `spread`): the client's home replica of the node group, unless `HOME_QUEUE` calls or
+    /// more wait there, then the next one. Concurrent lone reads (a SQL node's point selects)
+    /// then merge into one batch per node group, where taking turns split them over the
+    /// replicas, each batch paying a message's costs at both ends; once a batch is out and
+    /// enough queue behind it, the next replica's round trip overlaps it. Sysbench point
+    /// selects, `benches/ab_sysbench.sh`, medians against turns: 16 threads +9%, 64 even, 1024
+    /// even; but `shoal bench kv` with one client, which has nothing to merge, read a third
+    /// slower at one node than taking turns (benchmarks.md, "Twenty-fifth session"), hence
+    /// `ClientOptions::home_replica`.
+    fn home_spread(&self, map: &ClusterState, partition: PartitionId, read: (bool, bool)) -> usize {
+        let home = self.inner.home;
+        let busy = route(map, partition, true, true, None, home)
+            .and_then(|node| self.batcher(node, read, false).ok())
+            .is_some_and(|b| b.queued() >= HOME_QUEUE);
+        home.wrapping_add(usize::from(busy))
     }
 
     /// The entry under `key` in `table` while it was made for node `id`'s current address;

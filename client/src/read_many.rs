@@ -83,17 +83,19 @@ fn key_read(table: &Table, columns: &[u32], key: Bytes, partition: PartitionId) 
 
 /// Where `key` of `table` goes: its encoding, partition and the node to ask (None when the
 /// partition has no replica to ask, which the general way waits for); an error for a key that
-/// does not fit the table.
+/// does not fit the table. `spread` picks among the replicas of a read that may go to any
+/// (see `route`), given the partition.
 fn place(
     map: &ClusterState,
     table: &Table,
     key: &Row,
     read_backup: bool,
-    spread: usize,
+    spread: impl FnOnce(PartitionId) -> usize,
 ) -> Result<Option<(Bytes, PartitionId, NodeId)>, ShoalError> {
     let encoded = codec::encode_key_ref(table, key)?;
     let partition = codec::partition_of_encoded_key(table, &encoded)?;
-    Ok(route(map, partition, true, read_backup, None, spread).map(|node| (Bytes::from(encoded), partition, node)))
+    let node = route(map, partition, true, read_backup, None, spread(partition));
+    Ok(node.map(|node| (Bytes::from(encoded), partition, node)))
 }
 
 /// The rows of an answer to [`read_op`] for `n` keys, each decoded with `table`'s layout (the
@@ -149,7 +151,7 @@ impl Client {
         let mut slow: Vec<usize> = vec![];
         let mut routed = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
-            match place(&map, t, key, read_backup, spread) {
+            match place(&map, t, key, read_backup, |_| spread) {
                 Ok(Some((k, p, node))) => routed.push((i, k, p, node)),
                 Ok(None) => slow.push(i),
                 Err(e) => out[i] = Some(Err(e)),
@@ -190,7 +192,11 @@ impl Client {
         spread: usize,
     ) -> Option<OpOutcome> {
         let (read_backup, as_primary) = self.key_reads();
-        let (key, partition, node) = match place(map, t, key, read_backup, spread) {
+        // Read as the primary by a client with a home replica: there (`Client::home_spread`);
+        // otherwise taking turns with the other replicas.
+        let home = as_primary && self.inner.opts.home_replica;
+        let turn = |p| if home { self.home_spread(map, p, (read_backup, as_primary)) } else { spread };
+        let (key, partition, node) = match place(map, t, key, read_backup, turn) {
             Ok(placed) => placed?,
             Err(e) => return Some(Err(e)),
         };

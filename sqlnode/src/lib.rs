@@ -84,6 +84,14 @@ pub fn main_entry() {
     }
 }
 
+/// How the SQL node uses the cluster: its key reads (point selects, IN lists) go as the
+/// primary to any replica (`ClientOptions::read_any_replica`), which answers exactly what the
+/// primary would, so a lone read goes to the SQL node's home replica of its node group and
+/// concurrent ones merge into one batch (`Client::home_spread`).
+fn client_options() -> shoal_client::ClientOptions {
+    shoal_client::ClientOptions { read_any_replica: true, home_replica: true, ..Default::default() }
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let config = ClusterConfig::load(&args.config).map_err(anyhow::Error::msg)?;
     let me = config
@@ -99,7 +107,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(id = me.id, "connecting to the cluster through mgmd {}", config.mgmd_addrs().join(","));
     let mgmds = config.mgmd_addrs();
     let client = tokio::select! {
-        c = shoal_client::Client::connect(&mgmds) => c.map_err(|e| anyhow::anyhow!("connect to the cluster: {e}"))?,
+        c = shoal_client::Client::connect_with(&mgmds, client_options()) => c.map_err(|e| anyhow::anyhow!("connect to the cluster: {e}"))?,
         _ = term.recv() => return Ok(()),
         _ = int.recv() => return Ok(()),
     };
