@@ -133,7 +133,19 @@ impl Client {
     /// Reads `keys` of `table` without locks, asking for `columns` (empty = all; the rest come
     /// back NULL): one outcome per key, in order, as [`Client::batch`] gives them.
     pub async fn read_many(&self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Vec<OpOutcome> {
-        let (read_backup, as_primary) = self.key_reads();
+        self.read_many_as(table, keys, columns, true).await
+    }
+
+    /// [`Client::read_many`]; without `anywhere` at the primary (or, for a read-backup client,
+    /// any replica) even for a client that reads as the primary from any replica.
+    pub(crate) async fn read_many_as(
+        &self,
+        table: &str,
+        keys: Vec<Row>,
+        columns: &[u32],
+        anywhere: bool,
+    ) -> Vec<OpOutcome> {
+        let (read_backup, as_primary) = self.key_reads(anywhere);
         let map: std::sync::Arc<ClusterState> = self.map();
         let Some(t) = map.table(table) else {
             // Unknown here: the general way looks at the newest map once.
@@ -142,7 +154,7 @@ impl Client {
         };
         let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let [key] = keys.as_slice() {
-            if let Some(row) = self.read_one(&map, t, key, columns, spread).await {
+            if let Some(row) = self.read_one(&map, t, key, columns, spread, anywhere).await {
                 return vec![row];
             }
             return self.read_again(table, t, &keys, &[0], columns).await;
@@ -190,8 +202,9 @@ impl Client {
         key: &Row,
         columns: &[u32],
         spread: usize,
+        anywhere: bool,
     ) -> Option<OpOutcome> {
-        let (read_backup, as_primary) = self.key_reads();
+        let (read_backup, as_primary) = self.key_reads(anywhere);
         // Read as the primary by a client with a home replica: there (`Client::home_spread`);
         // otherwise taking turns with the other replicas.
         let home = as_primary && self.inner.opts.home_replica;
@@ -208,9 +221,10 @@ impl Client {
     /// How key reads go first: `(read_backup, as_primary)` of their requests. Reads as the
     /// primary that a backup refused (or that failed otherwise) go again the general way
     /// ([`Client::read_again`]), at the primary.
-    fn key_reads(&self) -> (bool, bool) {
+    fn key_reads(&self, anywhere: bool) -> (bool, bool) {
         let o = &self.inner.opts;
-        (o.read_backup || o.read_any_replica, o.read_any_replica && !o.read_backup)
+        let any = o.read_any_replica && anywhere;
+        (o.read_backup || any, any && !o.read_backup)
     }
 
     /// The keys at `at` of `keys` read the general way, with its retries and map refreshes —

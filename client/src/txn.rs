@@ -165,7 +165,11 @@ impl Transaction {
     pub async fn get_many_columns(&mut self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Vec<OpOutcome> {
         if !self.finished && self.parts.is_empty() {
             // No work of its own anywhere yet (its reads before its writes): see `plain_reads_only`.
-            return self.client.read_many(table, keys, columns).await;
+            // At the primary even for a client that reads as the primary from any replica:
+            // with its key reads apart from the primary reads of its other statements (range
+            // reads, reads after its writes), each kind batched on its own, sysbench
+            // `oltp_read_write` at 16 threads lost 5% (benchmarks.md, "Twenty-fifth session").
+            return self.client.read_many_as(table, keys, columns, false).await;
         }
         let ops = keys.into_iter().map(|key| (KeyOp::Read { table: table.into(), key }, LockMode::None)).collect();
         self.execute_fetching(ops, columns).await
