@@ -34,6 +34,23 @@ fn run_keys(map: &ClusterState, table: &str, lo: i128, count: u32) -> Vec<Row> {
         .collect()
 }
 
+/// Where a run of `count` keys from `lo` of `t` starts in the key encoding, when it goes as
+/// range reads: keys the key type holds, and enough of them per partition.
+fn range_start(t: &Table, lo: i128, count: u32) -> Option<u64> {
+    codec::int_key_run(t, lo, count).filter(|_| count >= t.partition_count.saturating_mul(MIN_KEYS_PER_PARTITION))
+}
+
+/// A range read of the run of `count` keys of `t` from `start`, its partitions not yet named.
+fn range_op(t: &Table, start: u64, count: u32) -> pb::Op {
+    pb::Op {
+        kind: pb::OpKind::Read as i32,
+        table_id: t.id,
+        range_start: start,
+        range_count: count,
+        ..Default::default()
+    }
+}
+
 /// Each node's share of a range read of `table`: the partitions it serves (in order), by the
 /// route every read takes. None when a partition has no node to ask.
 fn shares(
@@ -136,9 +153,7 @@ impl Client {
     ) -> Result<Vec<D::Row>, ShoalError> {
         let map = self.map();
         if let Some(t) = map.table(table) {
-            let start = codec::int_key_run(t, lo, count)
-                .filter(|_| count >= t.partition_count.saturating_mul(MIN_KEYS_PER_PARTITION));
-            if let Some(start) = start {
+            if let Some(start) = range_start(t, lo, count) {
                 if let Some(found) = self.range_read(&map, t, start, count, columns, rows).await {
                     return found;
                 }
@@ -162,22 +177,25 @@ impl Client {
         columns: &[u32],
         rows: &D,
     ) -> Option<Result<Vec<D::Row>, ShoalError>> {
+        let op = pb::Op { columns: columns.to_vec(), packed_rows: true, ..range_op(t, start, count) };
+        merge(t, count, self.send_shares(map, t, op).await?, rows)
+    }
+
+    /// `op` (a range read of `t`) sent to every node serving `t`, each with the partitions it
+    /// answers for; their answers, or None when a partition has no node to ask.
+    async fn send_shares(
+        &self,
+        map: &ClusterState,
+        t: &Table,
+        op: pb::Op,
+    ) -> Option<Vec<Result<Vec<pb::OpResult>, ShoalError>>> {
         let read_backup = self.inner.opts.read_backup;
         let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let sends = shares(map, t, read_backup, spread)?.into_iter().map(|(node, partitions)| {
-            let op = pb::Op {
-                kind: pb::OpKind::Read as i32,
-                table_id: t.id,
-                columns: columns.to_vec(),
-                range_start: start,
-                range_count: count,
-                key_partitions: partitions,
-                packed_rows: true,
-                ..Default::default()
-            };
+        let sends = shares(map, t, read_backup, spread)?.into_iter().map(|(node, key_partitions)| {
+            let op = pb::Op { key_partitions, ..op.clone() };
             self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], ..Default::default() })
         });
-        merge(t, count, futures::future::join_all(sends).await, rows)
+        Some(futures::future::join_all(sends).await)
     }
 
     /// The aggregates `aggs` of the rows of a run of `count` keys from `lo` (as
@@ -194,24 +212,10 @@ impl Client {
     ) -> Option<Vec<Partial>> {
         let map = self.map();
         let t = map.table(table)?;
-        let start = codec::int_key_run(t, lo, count)
-            .filter(|_| count >= t.partition_count.saturating_mul(MIN_KEYS_PER_PARTITION))?;
-        let read_backup = self.inner.opts.read_backup;
-        let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let sends = shares(&map, t, read_backup, spread)?.into_iter().map(|(node, partitions)| {
-            let op = pb::Op {
-                kind: pb::OpKind::Read as i32,
-                table_id: t.id,
-                range_start: start,
-                range_count: count,
-                key_partitions: partitions,
-                aggregates: aggs.iter().map(|a| a.to_pb()).collect(),
-                ..Default::default()
-            };
-            self.send(node, pb::BatchRequest { epoch: map.epoch, read_backup, ops: vec![op], ..Default::default() })
-        });
+        let start = range_start(t, lo, count)?;
+        let op = pb::Op { aggregates: aggs.iter().map(|a| a.to_pb()).collect(), ..range_op(t, start, count) };
         let mut out = vec![Partial::default(); aggs.len()];
-        for answer in futures::future::join_all(sends).await {
+        for answer in self.send_shares(&map, t, op).await? {
             let [r] = <[pb::OpResult; 1]>::try_from(answer.ok()?).ok()?;
             if r.error.is_some() || r.aggregates.len() != aggs.len() {
                 return None;

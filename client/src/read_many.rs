@@ -154,7 +154,7 @@ impl Client {
         };
         let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let [key] = keys.as_slice() {
-            if let Some(row) = self.read_one(&map, t, key, columns, spread, anywhere).await {
+            if let Some(row) = self.read_one(&map, t, key, columns, spread, (read_backup, as_primary)).await {
                 return vec![row];
             }
             return self.read_again(table, t, &keys, &[0], columns).await;
@@ -202,9 +202,8 @@ impl Client {
         key: &Row,
         columns: &[u32],
         spread: usize,
-        anywhere: bool,
+        (read_backup, as_primary): (bool, bool),
     ) -> Option<OpOutcome> {
-        let (read_backup, as_primary) = self.key_reads(anywhere);
         // Read as the primary by a client with a home replica: there (`Client::home_spread`);
         // otherwise taking turns with the other replicas.
         let home = as_primary && self.inner.opts.home_replica;

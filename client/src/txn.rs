@@ -137,6 +137,12 @@ impl Transaction {
         Ok(out)
     }
 
+    /// Whether the transaction is open with no work of its own anywhere yet (its reads before
+    /// its writes): its lock-free reads then see what autocommit reads see, and go their way.
+    fn untouched(&self) -> bool {
+        !self.finished && self.parts.is_empty()
+    }
+
     /// Whether every operation is a read without a lock on a partition where the transaction
     /// holds no work (so it cannot see a pending write of its own there).
     fn plain_reads_only(&self, ops: &[(KeyOp, LockMode)]) -> bool {
@@ -163,7 +169,7 @@ impl Transaction {
     /// rest come back NULL) when the transaction has no work of its own where they land (the
     /// reads then go the batched autocommit way, as in `execute`); whole rows otherwise.
     pub async fn get_many_columns(&mut self, table: &str, keys: Vec<Row>, columns: &[u32]) -> Vec<OpOutcome> {
-        if !self.finished && self.parts.is_empty() {
+        if self.untouched() {
             // No work of its own anywhere yet (its reads before its writes): see `plain_reads_only`.
             // At the primary even for a client that reads as the primary from any replica:
             // with its key reads apart from the primary reads of its other statements (range
@@ -192,7 +198,7 @@ impl Transaction {
         columns: &[u32],
         rows: &D,
     ) -> Result<Vec<D::Row>> {
-        if !self.finished && self.parts.is_empty() {
+        if self.untouched() {
             return self.client.read_key_range_as(table, lo, count, columns, rows).await;
         }
         let keys = self.client.run_keys(table, lo, count);
@@ -209,7 +215,7 @@ impl Transaction {
         count: u32,
         aggs: &[shoal_proto::aggregate::Aggregate],
     ) -> Option<Vec<shoal_proto::aggregate::Partial>> {
-        if self.finished || !self.parts.is_empty() {
+        if !self.untouched() {
             return None;
         }
         self.client.aggregate_key_range(table, lo, count, aggs).await

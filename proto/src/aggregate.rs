@@ -38,21 +38,10 @@ pub struct Partial {
 }
 
 impl Partial {
-    /// Folds one more value in (None: NULL, counted by `CountRows` only).
+    /// Folds one more value in (None: NULL, counted by `CountRows` only): a share of one row.
     fn add(&mut self, kind: AggregateKind, v: Option<i128>) -> Result<(), ShoalError> {
-        let Some(v) = v else {
-            self.n += u64::from(kind == AggregateKind::CountRows);
-            return Ok(());
-        };
-        self.n += 1;
-        self.value = match (kind, self.value) {
-            (AggregateKind::CountRows | AggregateKind::Count, _) => None,
-            (_, None) => Some(v),
-            (AggregateKind::Sum, Some(s)) => Some(s.checked_add(v).ok_or_else(overflow)?),
-            (AggregateKind::Min, Some(m)) => Some(m.min(v)),
-            (AggregateKind::Max, Some(m)) => Some(m.max(v)),
-        };
-        Ok(())
+        let n = u64::from(v.is_some() || kind == AggregateKind::CountRows);
+        self.merge(kind, Partial { n, value: v })
     }
 
     /// Adds another share of the same aggregate (another node's).

@@ -387,14 +387,11 @@ impl Session {
                     run.presorted();
                 } else if plan::filter_implied(&scan.table, sp.filter.as_ref(), &access) {
                     run.filtered();
-                    // Exactly the run's rows: their aggregates may come from the data nodes.
-                    if let Access::KeyRun { lo, count } = access {
-                        if let Some(aggs) = agg_pushdown::pushable(sp, &scan.table) {
-                            let name = &scan.table.table.spec.name;
-                            if let Some(partials) = self.kv_key_run_aggregates(name, lo, count, &aggs).await {
-                                run.take_group(agg_pushdown::accumulators(sp, &scan.table, &partials));
-                                return run.finish();
-                            }
+                    if let Some((lo, count, aggs)) = agg_pushdown::pushed(sp, &scan.table, &access, true) {
+                        let name = &scan.table.table.spec.name;
+                        if let Some(partials) = self.kv_key_run_aggregates(name, lo, count, &aggs).await {
+                            run.take_group(agg_pushdown::accumulators(sp, &scan.table, &partials));
+                            return run.finish();
                         }
                     }
                 }

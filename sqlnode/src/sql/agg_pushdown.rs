@@ -12,21 +12,31 @@ use shoal_proto::ColumnType;
 
 use crate::sql::bind::TableRef;
 use crate::sql::expr::{Acc, AggKind, AggSpec, Expr};
+use crate::sql::plan::Access;
 use crate::sql::query::SelectPlan;
 use crate::types::SqlType;
 use crate::val::{Dec, Val};
 
-/// The aggregates to ask the data nodes for, one per aggregate of the plan, if the plan's
-/// outputs need nothing else (the caller checks that the rows are exactly the key run's).
-pub fn pushable(sp: &SelectPlan, t: &TableRef) -> Option<Vec<Aggregate>> {
+/// The key run and the aggregates to ask the data nodes for (one per aggregate of the plan),
+/// when the plan reads `access` of `t` and the data nodes can answer it: the rows are exactly
+/// the key run's (`implied`: the WHERE clause holds for every row of the access path), and the
+/// outputs need nothing but the aggregates.
+pub fn pushed(sp: &SelectPlan, t: &TableRef, access: &Access, implied: bool) -> Option<(i128, u32, Vec<Aggregate>)> {
+    match *access {
+        Access::KeyRun { lo, count } if implied => Some((lo, count, pushable(sp, t)?)),
+        _ => None,
+    }
+}
+
+fn pushable(sp: &SelectPlan, t: &TableRef) -> Option<Vec<Aggregate>> {
     let only_aggregates = sp.outputs.iter().all(|e| matches!(e, Expr::Agg(_) | Expr::Lit(_)));
     if !sp.grouped || !sp.group_exprs.is_empty() || sp.having.is_some() || !sp.windows.is_empty() || !only_aggregates {
         return None;
     }
-    sp.aggs.iter().map(|a| pushed(a, t)).collect()
+    sp.aggs.iter().map(|a| pushed_one(a, t)).collect()
 }
 
-fn pushed(a: &AggSpec, t: &TableRef) -> Option<Aggregate> {
+fn pushed_one(a: &AggSpec, t: &TableRef) -> Option<Aggregate> {
     if a.distinct || !a.order.is_empty() {
         return None;
     }
@@ -51,7 +61,7 @@ fn pushed(a: &AggSpec, t: &TableRef) -> Option<Aggregate> {
 }
 
 /// The accumulators of the plan's aggregates holding the data nodes' merged `partials` (one
-/// per aggregate, as [`pushable`] asked), as adding each row's value would have left them.
+/// per aggregate, as [`pushed`] asked), as adding each row's value would have left them.
 pub fn accumulators(sp: &SelectPlan, t: &TableRef, partials: &[Partial]) -> Vec<Acc> {
     sp.aggs
         .iter()

@@ -40,14 +40,10 @@ fn query(plan: &QueryPlan, prefix: &str, out: &mut Vec<Vec<String>>) {
                     let a = plan::choose(t, s.filter.as_ref());
                     let a = crate::exec::index_order(s, t, &a).unwrap_or(a);
                     let name = t.alias.clone().unwrap_or_else(|| t.name.clone());
-                    let note = match a {
-                        Access::KeyRun { .. }
-                            if plan::filter_implied(t, s.filter.as_ref(), &a)
-                                && agg_pushdown::pushable(s, t).is_some() =>
-                        {
-                            "aggregates computed in the data nodes"
-                        }
-                        _ => "",
+                    let implied = plan::filter_implied(t, s.filter.as_ref(), &a);
+                    let note = match agg_pushdown::pushed(s, t, &a, implied) {
+                        Some(_) => "aggregates computed in the data nodes",
+                        None => "",
                     };
                     out.push(vec![format!("{prefix}{name}"), a.describe(), pushed_text(t, &a), note.into()]);
                 }
