@@ -115,6 +115,9 @@ async fn acknowledged_write_reads_back_from_primary_and_every_replica() {
         let k = round % 10;
         let one = anywhere.read_many("t", vec![vec![Value::Int(k)]], &[]).await.pop().unwrap();
         assert_eq!(one.unwrap(), Some(row(k, &v)));
+        // A run of keys, spanning the ones the other client is writing.
+        let run = anywhere.read_key_range("t", 0, 160, &[]).await.unwrap();
+        assert_eq!(&run[..10], (0..10).map(|k| row(k, &v)).collect::<Vec<_>>(), "round {round}");
     }
     others.await.unwrap();
 }

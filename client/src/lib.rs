@@ -83,7 +83,7 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// never queue behind writes, which wait for their replication.
 pub const MAX_INFLIGHT_PER_NODE: usize = 1;
 /// Calls waiting at a client's home replica of a node group before a lone key read as the
-/// primary goes to the next replica instead (see `Client::home_spread`).
+/// primary goes to the next replica instead (see `Client::home_route`).
 const HOME_QUEUE: usize = 16;
 /// Most operations in one request to a data node (the data node's limit).
 pub const MAX_OPS_PER_REQUEST: usize = 1000;
@@ -109,7 +109,7 @@ pub struct ClientOptions {
     pub read_any_replica: bool,
     /// With `read_any_replica`, a lone key read goes to this client's home replica of its node
     /// group, so that concurrent ones merge into one batch, unless many calls already wait
-    /// there (`Client::home_spread`). For a client with many concurrent callers (a SQL node);
+    /// there (`Client::home_route`). For a client with many concurrent callers (a SQL node);
     /// a lone caller's reads ran slower at one node than taking turns between two.
     pub home_replica: bool,
     /// How to reach the data nodes: their local sockets when they run in this network namespace
@@ -818,28 +818,34 @@ impl Client {
     async fn send(&self, node: NodeId, req: pb::BatchRequest) -> Result<Vec<pb::OpResult>> {
         let writes = req.ops.iter().any(|o| o.kind != pb::OpKind::Read as i32);
         let batcher = self.batcher(node, (req.read_backup, req.as_primary), writes)?;
-        batcher
-            .call(req)
-            .await
-            .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
+        send_through(node, &batcher, req).await
     }
 
-    /// Which replica a lone key read as the primary of `partition` goes to (`route`'s
-    /// `spread`): the client's home replica of the node group, unless `HOME_QUEUE` calls or
-    /// more wait there, then the next one. Concurrent lone reads (a SQL node's point selects)
-    /// then merge into one batch per node group, where taking turns split them over the
-    /// replicas, each batch paying a message's costs at both ends; once a batch is out and
-    /// enough queue behind it, the next replica's round trip overlaps it. Sysbench point
-    /// selects, `benches/ab_sysbench.sh`, medians against turns: 16 threads +9%, 64 even, 1024
-    /// even; but `shoal bench kv` with one client, which has nothing to merge, read a third
-    /// slower at one node than taking turns (benchmarks.md, "Twenty-fifth session"), hence
-    /// `ClientOptions::home_replica`.
-    fn home_spread(&self, map: &ClusterState, partition: PartitionId, read: (bool, bool)) -> usize {
+    /// Where a lone key read as the primary of `partition` goes, with the batcher it goes
+    /// through: the client's home replica of the node group, unless `HOME_QUEUE` calls or more
+    /// wait there, then the next one. Concurrent lone reads (a SQL node's point selects) then
+    /// merge into one batch per node group, where taking turns split them over the replicas,
+    /// each batch paying a message's costs at both ends; once a batch is out and enough queue
+    /// behind it, the next replica's round trip overlaps it. Sysbench point selects,
+    /// `benches/ab_sysbench.sh`, medians against turns: 16 threads +9%, 64 even, 1024 even;
+    /// but `shoal bench kv` with one client, which has nothing to merge, read a third slower at
+    /// one node than taking turns (benchmarks.md, "Twenty-fifth session"), hence
+    /// `ClientOptions::home_replica`. None when no replica can be asked this way: the read then
+    /// goes the way every other read goes.
+    fn home_route(
+        &self,
+        map: &ClusterState,
+        partition: PartitionId,
+        read: (bool, bool),
+    ) -> Option<(NodeId, Arc<NodeBatcher>)> {
         let home = self.inner.home;
-        let busy = route(map, partition, true, true, None, home)
-            .and_then(|node| self.batcher(node, read, false).ok())
-            .is_some_and(|b| b.queued() >= HOME_QUEUE);
-        home.wrapping_add(usize::from(busy))
+        let node = route(map, partition, true, true, None, home)?;
+        let batcher = self.batcher(node, read, false).ok()?;
+        if batcher.queued() < HOME_QUEUE {
+            return Some((node, batcher));
+        }
+        let next = route(map, partition, true, true, None, home.wrapping_add(1))?;
+        Some((next, self.batcher(next, read, false).ok()?))
     }
 
     /// The entry under `key` in `table` while it was made for node `id`'s current address;
@@ -1027,6 +1033,14 @@ struct TxnLinks {
     commit: link::Link<link::TxnCommitCalls>,
 }
 type NodeBatcher = Batcher<pb::BatchRequest, Result<Vec<pb::OpResult>>>;
+
+/// `req` sent to `node` through its batcher `batcher`.
+async fn send_through(node: NodeId, batcher: &NodeBatcher, req: pb::BatchRequest) -> Result<Vec<pb::OpResult>> {
+    batcher
+        .call(req)
+        .await
+        .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
+}
 /// A batcher and the node address it sends to.
 type AddressedBatcher = (String, Arc<NodeBatcher>);
 

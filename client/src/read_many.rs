@@ -84,18 +84,24 @@ fn key_read(table: &Table, columns: &[u32], key: Bytes, partition: PartitionId) 
 /// Where `key` of `table` goes: its encoding, partition and the node to ask (None when the
 /// partition has no replica to ask, which the general way waits for); an error for a key that
 /// does not fit the table. `spread` picks among the replicas of a read that may go to any
-/// (see `route`), given the partition.
+/// (see `route`).
 fn place(
     map: &ClusterState,
     table: &Table,
     key: &Row,
     read_backup: bool,
-    spread: impl FnOnce(PartitionId) -> usize,
+    spread: usize,
 ) -> Result<Option<(Bytes, PartitionId, NodeId)>, ShoalError> {
+    let (encoded, partition) = locate(table, key)?;
+    let node = route(map, partition, true, read_backup, None, spread);
+    Ok(node.map(|node| (Bytes::from(encoded), partition, node)))
+}
+
+/// `key` of `table` encoded, and its partition.
+fn locate(table: &Table, key: &Row) -> Result<(Vec<u8>, PartitionId), ShoalError> {
     let encoded = codec::encode_key_ref(table, key)?;
     let partition = codec::partition_of_encoded_key(table, &encoded)?;
-    let node = route(map, partition, true, read_backup, None, spread(partition));
-    Ok(node.map(|node| (Bytes::from(encoded), partition, node)))
+    Ok((encoded, partition))
 }
 
 /// The rows of an answer to [`read_op`] for `n` keys, each decoded with `table`'s layout (the
@@ -163,7 +169,7 @@ impl Client {
         let mut slow: Vec<usize> = vec![];
         let mut routed = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
-            match place(&map, t, key, read_backup, |_| spread) {
+            match place(&map, t, key, read_backup, spread) {
                 Ok(Some((k, p, node))) => routed.push((i, k, p, node)),
                 Ok(None) => slow.push(i),
                 Err(e) => out[i] = Some(Err(e)),
@@ -204,17 +210,27 @@ impl Client {
         spread: usize,
         (read_backup, as_primary): (bool, bool),
     ) -> Option<OpOutcome> {
-        // Read as the primary by a client with a home replica: there (`Client::home_spread`);
-        // otherwise taking turns with the other replicas.
-        let home = as_primary && self.inner.opts.home_replica;
-        let turn = |p| if home { self.home_spread(map, p, (read_backup, as_primary)) } else { spread };
-        let (key, partition, node) = match place(map, t, key, read_backup, turn) {
-            Ok(placed) => placed?,
+        let (encoded, partition) = match locate(t, key) {
+            Ok(located) => located,
             Err(e) => return Some(Err(e)),
         };
-        let ops = vec![key_read(t, columns, key, partition)];
+        // Read as the primary by a client with a home replica: there (`Client::home_route`),
+        // through the batcher that routing looked at; otherwise taking turns with the other
+        // replicas.
+        let home = (as_primary && self.inner.opts.home_replica)
+            .then(|| self.home_route(map, partition, (read_backup, as_primary)))
+            .flatten();
+        let node = match &home {
+            Some((node, _)) => *node,
+            None => route(map, partition, true, read_backup, None, spread)?,
+        };
+        let ops = vec![key_read(t, columns, Bytes::from(encoded), partition)];
         let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, as_primary, ..Default::default() };
-        row_of(t, self.send(node, req).await)
+        let answer = match home {
+            Some((_, batcher)) => crate::send_through(node, &batcher, req).await,
+            None => self.send(node, req).await,
+        };
+        row_of(t, answer)
     }
 
     /// How key reads go first: `(read_backup, as_primary)` of their requests. Reads as the
