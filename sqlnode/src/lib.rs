@@ -87,7 +87,7 @@ pub fn main_entry() {
 /// How the SQL node uses the cluster: its key reads (point selects, IN lists) go as the
 /// primary to any replica (`ClientOptions::read_any_replica`), which answers exactly what the
 /// primary would, so a lone read goes to the SQL node's home replica of its node group and
-/// concurrent ones merge into one batch (`Client::home_spread`).
+/// concurrent ones merge into one batch (`Client::home_route`).
 fn client_options() -> shoal_client::ClientOptions {
     shoal_client::ClientOptions { read_any_replica: true, home_replica: true, ..Default::default() }
 }
