@@ -1041,6 +1041,7 @@ async fn send_through(node: NodeId, batcher: &NodeBatcher, req: pb::BatchRequest
         .await
         .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
 }
+
 /// A batcher and the node address it sends to.
 type AddressedBatcher = (String, Arc<NodeBatcher>);
 
