@@ -217,20 +217,19 @@ impl Client {
         // Read as the primary by a client with a home replica: there (`Client::home_route`),
         // through the batcher that routing looked at; otherwise taking turns with the other
         // replicas.
-        let home = (as_primary && self.inner.opts.home_replica)
-            .then(|| self.home_route(map, partition, (read_backup, as_primary)))
-            .flatten();
-        let node = match &home {
-            Some((node, _)) => *node,
-            None => route(map, partition, true, read_backup, None, spread)?,
+        let read = (read_backup, as_primary);
+        let home =
+            if as_primary && self.inner.opts.home_replica { self.home_route(map, partition, read) } else { None };
+        let (node, batcher) = match home {
+            Some(routed) => routed,
+            None => {
+                let node = route(map, partition, true, read_backup, None, spread)?;
+                (node, self.batcher(node, read, false).ok()?)
+            }
         };
         let ops = vec![key_read(t, columns, Bytes::from(encoded), partition)];
         let req = pb::BatchRequest { epoch: map.epoch, read_backup, ops, as_primary, ..Default::default() };
-        let answer = match home {
-            Some((_, batcher)) => crate::send_through(node, &batcher, req).await,
-            None => self.send(node, req).await,
-        };
-        row_of(t, answer)
+        row_of(t, crate::send_through(node, &batcher, req).await)
     }
 
     /// How key reads go first: `(read_backup, as_primary)` of their requests. Reads as the
