@@ -152,6 +152,11 @@ impl LocalCluster {
         self.dir.join("run").join(format!("{id}.pid"))
     }
 
+    /// What the pid file of node `id` says, alive or not.
+    pub fn recorded_pid(&self, id: u32) -> Option<u32> {
+        fs::read_to_string(self.pid_path(id)).ok()?.trim().parse().ok()
+    }
+
     /// The pid of node `id` if its process is alive.
     pub fn pid(&self, id: u32) -> Option<u32> {
         let pid: u32 = fs::read_to_string(self.pid_path(id)).ok()?.trim().parse().ok()?;
@@ -249,15 +254,37 @@ impl LocalCluster {
     }
 }
 
-/// Collects exited children so their pids do not linger as zombies.
+/// How the last children [`reap`] collected ended (pid, wait status), newest last; bounded.
+static EXITS: std::sync::Mutex<Vec<(i32, i32)>> = std::sync::Mutex::new(Vec::new());
+const EXITS_KEPT: usize = 64;
+
+/// Collects exited children so their pids do not linger as zombies, and notes how each ended
+/// ([`how_it_ended`]).
 pub fn reap() {
     loop {
-        // SAFETY: waitpid with WNOHANG on any child; no memory is shared.
-        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        let mut status = 0;
+        // SAFETY: waitpid with WNOHANG on any child, writing only to our local `status`.
+        let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
         if r <= 0 {
             break;
         }
+        let mut exits = EXITS.lock().unwrap_or_else(|e| e.into_inner());
+        if exits.len() >= EXITS_KEPT {
+            exits.remove(0);
+        }
+        exits.push((r, status));
     }
+}
+
+/// How process `pid` ended, if [`reap`] collected it: "exit code N" or "killed by signal N".
+pub fn how_it_ended(pid: u32) -> Option<String> {
+    let exits = EXITS.lock().unwrap_or_else(|e| e.into_inner());
+    let &(_, status) = exits.iter().rev().find(|&&(p, _)| p as u32 == pid)?;
+    Some(if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("exit code {}", libc::WEXITSTATUS(status))
+    })
 }
 
 /// The path of another Shoal binary installed next to this one.

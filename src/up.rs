@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shoal_proto::NodeState;
 
-use crate::local::{reap, Layout, LocalCluster};
+use crate::local::{how_it_ended, reap, Layout, LocalCluster};
 
 /// How long `shoal up` waits for the cluster to accept work.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -143,7 +143,21 @@ async fn wait_ready(cluster: &LocalCluster) -> Result<()> {
                         t.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
                     })
                     .unwrap_or_default();
-                bail!("node {id} exited during start-up; the end of its log:\n{tail}");
+                // Why the process no longer counts as the node: how it ended, or what is at
+                // its pid now (a node that exits before it logs anything leaves only this).
+                let how = match cluster.recorded_pid(id) {
+                    None => "no pid file".to_string(),
+                    Some(pid) => match how_it_ended(pid) {
+                        Some(how) => format!("pid {pid}, {how}"),
+                        None => {
+                            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+                                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                                .unwrap_or_else(|e| format!("unreadable: {e}"));
+                            format!("pid {pid} not reaped; its command line: {cmdline}")
+                        }
+                    },
+                };
+                bail!("node {id} exited during start-up ({how}); the end of its log:\n{tail}");
             }
         }
         if let Ok(map) = pool.fetch_newest().await {
