@@ -159,13 +159,26 @@ impl LocalCluster {
 
     /// The pid of node `id` if its process is alive.
     pub fn pid(&self, id: u32) -> Option<u32> {
-        let pid: u32 = fs::read_to_string(self.pid_path(id)).ok()?.trim().parse().ok()?;
-        // The pid may have been reused by something else: check it is one of ours.
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let pid = self.recorded_pid(id)?;
+        if gone_or_zombie(pid).is_some() {
+            return None;
+        }
+        // The pid may have been reused by something else: check it is one of ours. A process
+        // in the middle of execve shows an empty command line for a moment (its new memory
+        // has no arguments yet) — also just after `start`, whose spawn returns once the exec
+        // is past the point of no return — so an empty one is read again before it counts.
+        let mut cmdline = vec![];
+        for attempt in 0..EXEC_WINDOW_READS {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            if !cmdline.is_empty() {
+                break;
+            }
+        }
         let cmdline = String::from_utf8_lossy(&cmdline);
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
-        (cmdline.contains("shoal-") && cmdline.contains(&format!("--id\0{id}\0")) && !zombie).then_some(pid)
+        (cmdline.contains("shoal-") && cmdline.contains(&format!("--id\0{id}\0"))).then_some(pid)
     }
 
     /// Starts node `id` in the background (its own process group, output appended to its log
@@ -207,6 +220,8 @@ impl LocalCluster {
         }
         let child = cmd.spawn().with_context(|| format!("start {}", bin.display()))?;
         let pid = child.id();
+        // A note about an earlier child that had this pid is not about this one.
+        EXITS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&(p, _)| p as u32 != pid);
         fs::write(self.pid_path(id), pid.to_string())?;
         // The child is reaped by whoever waits for it; we only keep its pid.
         std::mem::forget(child);
@@ -259,7 +274,7 @@ static EXITS: std::sync::Mutex<Vec<(i32, i32)>> = std::sync::Mutex::new(Vec::new
 const EXITS_KEPT: usize = 64;
 
 /// Collects exited children so their pids do not linger as zombies, and notes how each ended
-/// ([`how_it_ended`]).
+/// ([`ended`]).
 pub fn reap() {
     loop {
         let mut status = 0;
@@ -276,15 +291,36 @@ pub fn reap() {
     }
 }
 
-/// How process `pid` ended, if [`reap`] collected it: "exit code N" or "killed by signal N".
-pub fn how_it_ended(pid: u32) -> Option<String> {
-    let exits = EXITS.lock().unwrap_or_else(|e| e.into_inner());
-    let &(_, status) = exits.iter().rev().find(|&&(p, _)| p as u32 == pid)?;
-    Some(if libc::WIFSIGNALED(status) {
-        format!("killed by signal {}", libc::WTERMSIG(status))
-    } else {
-        format!("exit code {}", libc::WEXITSTATUS(status))
-    })
+/// How many times [`LocalCluster::pid`] reads an empty command line, 1 ms apart, before it
+/// takes the process for something other than a node.
+const EXEC_WINDOW_READS: u32 = 20;
+
+/// How process `pid` ended, if it did: "exit code N" or "killed by signal N" when [`reap`]
+/// collected it (a child of this process: no other process can have its pid before then, and
+/// `start` forgets the note when a new child gets the pid), else whether it is a zombie or gone.
+pub fn ended(pid: u32) -> Option<String> {
+    {
+        let exits = EXITS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(_, status)) = exits.iter().rev().find(|&&(p, _)| p as u32 == pid) {
+            return Some(if libc::WIFSIGNALED(status) {
+                format!("killed by signal {}", libc::WTERMSIG(status))
+            } else {
+                format!("exit code {}", libc::WEXITSTATUS(status))
+            });
+        }
+    }
+    gone_or_zombie(pid)
+}
+
+/// "no such process" or "a zombie" when that is what `pid` is, else None.
+fn gone_or_zombie(pid: u32) -> Option<String> {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => Some("no such process".into()),
+        Ok(stat) if stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')) => {
+            Some("a zombie".into())
+        }
+        Ok(_) => None,
+    }
 }
 
 /// The path of another Shoal binary installed next to this one.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use shoal_proto::NodeState;
 
-use crate::local::{how_it_ended, reap, Layout, LocalCluster};
+use crate::local::{ended, reap, Layout, LocalCluster};
 
 /// How long `shoal up` waits for the cluster to accept work.
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -126,7 +126,13 @@ async fn wait_ready(cluster: &LocalCluster) -> Result<()> {
     loop {
         reap();
         for id in cluster.node_ids() {
-            if cluster.pid(id).is_none() {
+            // Ended, not merely "not recognised": `start` wrote the pid of a child of ours,
+            // which no other process can take before it is reaped (`ended` reports that).
+            let how = match cluster.recorded_pid(id) {
+                None => Some("no pid file".to_string()),
+                Some(pid) => ended(pid).map(|how| format!("pid {pid}, {how}")),
+            };
+            if let Some(how) = how {
                 let log = std::fs::read_dir(cluster.dir.join("logs"))
                     .ok()
                     .and_then(|mut d| {
@@ -143,20 +149,6 @@ async fn wait_ready(cluster: &LocalCluster) -> Result<()> {
                         t.lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
                     })
                     .unwrap_or_default();
-                // Why the process no longer counts as the node: how it ended, or what is at
-                // its pid now (a node that exits before it logs anything leaves only this).
-                let how = match cluster.recorded_pid(id) {
-                    None => "no pid file".to_string(),
-                    Some(pid) => match how_it_ended(pid) {
-                        Some(how) => format!("pid {pid}, {how}"),
-                        None => {
-                            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-                                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-                                .unwrap_or_else(|e| format!("unreadable: {e}"));
-                            format!("pid {pid} not reaped; its command line: {cmdline}")
-                        }
-                    },
-                };
                 bail!("node {id} exited during start-up ({how}); the end of its log:\n{tail}");
             }
         }
