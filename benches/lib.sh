@@ -81,12 +81,13 @@ sysbench_steady() {
   local warm=$1 secs=$2 wl=$3
   shift 3
   local out
-  out=$(sysbench "$wl" "$@" --percentile=99 --report-interval=1 --time="$(( warm + secs ))" run)
+  out=$(sysbench "$wl" "$@" --percentile=99 --report-interval=1 --time="$(( warm + secs ))" run 2>&1) || true
   echo "$out" | python3 -c '
 import re, statistics, sys
 warm, point = int(sys.argv[1]), sys.argv[2] == "oltp_point_select"
 rates, p99s, whole = [], [], None
-for line in sys.stdin:
+lines = sys.stdin.readlines()
+for line in lines:
     m = re.match(r"\[ (\d+)s \].* tps: ([\d.]+) qps: ([\d.]+) .*lat \(ms,99%\): ([\d.]+)", line)
     if m and int(m[1]) > warm:
         rates.append(float(m[3] if point else m[2]))
@@ -95,7 +96,7 @@ for line in sys.stdin:
     if m and (m[1] == "queries") == point:
         whole = float(m[2])
 if not rates or whole is None:
-    sys.exit("no per-second reports from sysbench")
+    sys.exit("no per-second reports from sysbench; it said:\n" + "".join(lines[-20:]))
 print(int(statistics.mean(rates)), f"{statistics.median(p99s):.2f}", int(whole))
 ' "$warm" "$wl"
 }
