@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use shoal_proto::codec::{self, check_row, encode_key};
 use shoal_proto::convert::{check, deltas_to_pb, values_from_pb, values_to_pb};
 use shoal_proto::filter::Filter;
+use shoal_proto::grpc_stream::StreamConn;
 use shoal_proto::hash::IdMap;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient, mgmd_client::MgmdClient};
 pub use shoal_proto::Delta;
@@ -212,6 +213,8 @@ struct Inner {
     /// Highest GCI this client asked mgmd to hurry.
     hurried: AtomicU64,
     nodes: Mutex<IdMap<NodeId, (String, DataNodeClient<Channel>)>>,
+    /// Per data node, its address and the connection the call streams to it run on.
+    stream_conns: Mutex<IdMap<NodeId, (String, Arc<StreamConn>)>>,
     /// Key-operation batchers per (data node, (read-backup, as-primary), writes).
     batchers: Mutex<IdMap<BatcherKey, AddressedBatcher>>,
     /// Transactions' call streams per data node (and the address they go to).
@@ -321,6 +324,7 @@ impl Client {
             gci_tx,
             hurried: AtomicU64::new(0),
             nodes: Mutex::new(IdMap::default()),
+            stream_conns: Mutex::new(IdMap::default()),
             batchers: Mutex::new(IdMap::default()),
             txn_links: Mutex::new(IdMap::default()),
             opts,
@@ -848,14 +852,34 @@ impl Client {
         Some((next, self.batcher(next, read, false).ok()?))
     }
 
+    /// The connection for call streams to node `id` at its current address.
+    fn stream_conn(&self, id: NodeId) -> Result<Arc<StreamConn>> {
+        let map = self.map();
+        let addr = map
+            .node(id)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| ShoalError::internal(format!("node {id} is not in the map")))?;
+        let mut conns = self.inner.stream_conns.lock();
+        if let Some((a, c)) = conns.get(&id) {
+            if *a == addr {
+                return Ok(c.clone());
+            }
+        }
+        let c =
+            Arc::new(StreamConn::new(&addr, Duration::from_millis(500), self.inner.opts.transport, 64 * 1024 * 1024));
+        conns.insert(id, (addr, c.clone()));
+        Ok(c)
+    }
+
     /// The entry under `key` in `table` while it was made for node `id`'s current address;
-    /// otherwise a new one from `make` (given a client of that address) replaces it.
+    /// otherwise a new one from `make` (given the call-stream connection to that address)
+    /// replaces it.
     fn per_address<K: std::hash::Hash + Eq, T>(
         &self,
         table: &Mutex<IdMap<K, (String, Arc<T>)>>,
         key: K,
         id: NodeId,
-        make: impl FnOnce(DataNodeClient<Channel>) -> T,
+        make: impl FnOnce(Arc<StreamConn>) -> T,
     ) -> Result<Arc<T>> {
         let map = self.map();
         let addr = map.node(id).map_or("", |n| n.addr.as_str());
@@ -864,16 +888,16 @@ impl Client {
                 return Ok(t.clone());
             }
         }
-        let made = Arc::new(make(self.node_client(id)?));
+        let made = Arc::new(make(self.stream_conn(id)?));
         table.lock().insert(key, (addr.to_string(), made.clone()));
         Ok(made)
     }
 
     /// The streams that carry transactions' operations and commits to node `id`.
     fn txn_links(&self, id: NodeId) -> Result<Arc<TxnLinks>> {
-        self.per_address(&self.inner.txn_links, id, id, |client| TxnLinks {
-            execute: link::Link::new(id, client.clone()),
-            commit: link::Link::new(id, client),
+        self.per_address(&self.inner.txn_links, id, id, |conn| TxnLinks {
+            execute: link::Link::new(id, conn.clone()),
+            commit: link::Link::new(id, conn),
         })
     }
 
@@ -881,8 +905,8 @@ impl Client {
     /// `as_primary`: requests merge only with ones read alike) and with or without writes.
     fn batcher(&self, id: NodeId, read: (bool, bool), writes: bool) -> Result<Arc<NodeBatcher>> {
         let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
-        self.per_address(&self.inner.batchers, (id, read, writes), id, |client| {
-            let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, client));
+        self.per_address(&self.inner.batchers, (id, read, writes), id, |conn| {
+            let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, conn));
             Batcher::new(
                 MAX_INFLIGHT_PER_NODE,
                 MAX_OPS_PER_REQUEST,

@@ -3,47 +3,40 @@
 //! `TxnControlStream` between data nodes): requests go out as tagged messages on one HTTP/2 stream
 //! and their answers come back as they finish. A unary call costs a whole HTTP/2 request
 //! (headers, trailers, a new stream, a hop through the channel's buffer task) — in profiles,
-//! half of a SQL node's CPU per point select.
+//! half of a SQL node's CPU per point select. The streams run straight on h2
+//! (`shoal_proto::grpc_stream`): a caller encodes its request and queues it on the stream itself.
 //!
 //! The link opens on first use and is replaced when it breaks: every call waiting on a broken
 //! link fails with NODE_NOT_READY, which callers retry like any unreachable node.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use shoal_proto::grpc_stream::{CallReader, CallSender, StreamConn};
 use shoal_proto::hash::IdMap;
-use shoal_proto::pb::{self, data_node_client::DataNodeClient};
+use shoal_proto::pb;
 use shoal_proto::{ErrorCode, NodeId, ShoalError};
-use tokio::sync::{mpsc, oneshot};
-use tonic::transport::Channel;
-
-/// Calls queued for sending on one link.
-const LINK_QUEUE: usize = 1024;
+use tokio::sync::oneshot;
 
 /// One kind of call stream: its request and answer, and how they are tagged.
 pub trait Calls: Send + Sync + 'static {
     type Request: Send + 'static;
     type Answer: Default + Send + 'static;
     /// What goes on the wire: a request with its tag.
-    type Out: Send + 'static;
+    type Out: prost::Message + Send + 'static;
     /// What comes back: an answer with its tag.
-    type In: Send + 'static;
+    type In: prost::Message + Default + Send + 'static;
+    /// The streaming method's gRPC path.
+    const PATH: &'static str;
     fn tag(tag: u64, req: Self::Request) -> Self::Out;
     fn untag(got: Self::In) -> (u64, Self::Answer);
-    /// Opens the stream on `client`, sending what `out` yields.
-    fn open(client: DataNodeClient<Channel>, out: ReceiverStream<Self::Out>) -> Opening<Self::In>;
 }
 
-pub type Opening<In> = Pin<Box<dyn Future<Output = Result<tonic::Streaming<In>, tonic::Status>> + Send>>;
-type ReceiverStream<T> = tokio_stream::wrappers::ReceiverStream<T>;
-
 /// Declares a kind of call stream: the request and answer types, the tagged messages that
-/// carry them (the request in field `$field`, the answer in `result`), and the streaming RPC.
+/// carry them (the request in field `$field`, the answer in `result`), and the streaming method.
 macro_rules! call_kind {
-    ($(#[$doc:meta])* $name:ident: $req:ty => $answer:ty, $out:ident { $field:ident }, $in:ident, $rpc:ident) => {
+    ($(#[$doc:meta])* $name:ident: $req:ty => $answer:ty, $out:ident { $field:ident }, $in:ident, $method:literal) => {
         $(#[$doc])*
         pub struct $name;
 
@@ -52,14 +45,12 @@ macro_rules! call_kind {
             type Answer = $answer;
             type Out = pb::$out;
             type In = pb::$in;
+            const PATH: &'static str = concat!("/shoal.v1.DataNode/", $method);
             fn tag(tag: u64, req: $req) -> pb::$out {
                 pb::$out { tag, $field: Some(req) }
             }
             fn untag(got: pb::$in) -> (u64, $answer) {
                 (got.tag, got.result.unwrap_or_default())
-            }
-            fn open(mut client: DataNodeClient<Channel>, out: ReceiverStream<pb::$out>) -> Opening<pb::$in> {
-                Box::pin(async move { client.$rpc(out).await.map(|r| r.into_inner()) })
             }
         }
     };
@@ -67,33 +58,33 @@ macro_rules! call_kind {
 
 call_kind!(
     /// Key-operation batches (`ExecuteStream`).
-    ExecuteCalls: pb::BatchRequest => pb::BatchResponse, TaggedBatch { batch }, TaggedResult, execute_stream
+    ExecuteCalls: pb::BatchRequest => pb::BatchResponse, TaggedBatch { batch }, TaggedResult, "ExecuteStream"
 );
 call_kind!(
     /// Transactions' operations (`TxnExecuteStream`).
     TxnExecuteCalls: pb::TxnExecuteRequest => pb::TxnExecuteResponse, TaggedTxnExecute { req }, TaggedTxnResult,
-    txn_execute_stream
+    "TxnExecuteStream"
 );
 call_kind!(
     /// Commits and rollbacks sent to a transaction's coordinator (`TxnCommitStream`).
     TxnCommitCalls: pb::TxnCommitRequest => pb::TxnCommitResponse, TaggedTxnCommit { req }, TaggedTxnCommitResult,
-    txn_commit_stream
+    "TxnCommitStream"
 );
 call_kind!(
     /// Replication batches, primary -> replica (`ReplicateStream`).
     ReplicateCalls: pb::ReplicateBatchRequest => pb::ReplicateBatchResponse, TaggedReplicate { batch },
-    TaggedReplicateResult, replicate_stream
+    TaggedReplicateResult, "ReplicateStream"
 );
 call_kind!(
     /// A coordinator's commit steps sent to participants and group peers (`TxnControlStream`).
     TxnControlCalls: pb::TxnControlRequest => pb::TxnControlResponse, TaggedTxnControl { req },
-    TaggedTxnControlResult, txn_control_stream
+    TaggedTxnControlResult, "TxnControlStream"
 );
 
 type Waiting<A> = Mutex<IdMap<u64, oneshot::Sender<A>>>;
 
 struct Open<C: Calls> {
-    tx: mpsc::Sender<C::Out>,
+    tx: CallSender,
     waiting: Arc<Waiting<C::Answer>>,
     broken: Arc<AtomicBool>,
 }
@@ -101,7 +92,7 @@ struct Open<C: Calls> {
 /// The stream to one node, opened lazily.
 pub struct Link<C: Calls> {
     node: NodeId,
-    client: DataNodeClient<Channel>,
+    conn: Arc<StreamConn>,
     /// The stream calls go on; read by every call without waiting.
     current: Mutex<Option<Arc<Open<C>>>>,
     /// Held while a new stream opens, so concurrent callers open one, not one each.
@@ -127,10 +118,10 @@ impl<A> Drop for Entry<'_, A> {
 }
 
 impl<C: Calls> Link<C> {
-    pub fn new(node: NodeId, client: DataNodeClient<Channel>) -> Link<C> {
+    pub fn new(node: NodeId, conn: Arc<StreamConn>) -> Link<C> {
         Link {
             node,
-            client,
+            conn,
             current: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
             next_tag: AtomicU64::new(1),
@@ -149,8 +140,9 @@ impl<C: Calls> Link<C> {
         if open.broken.load(Ordering::SeqCst) {
             return Err(broken(self.node, "the call stream broke"));
         }
-        if open.tx.send(C::tag(tag, req)).await.is_err() {
-            return Err(broken(self.node, "the call stream closed"));
+        if let Err(e) = open.tx.send(&C::tag(tag, req)) {
+            open.broken.store(true, Ordering::SeqCst);
+            return Err(broken(self.node, format!("the call stream closed: {e}")));
         }
         answer.await.map_err(|_| broken(self.node, "the call stream broke before the answer"))
     }
@@ -170,9 +162,7 @@ impl<C: Calls> Link<C> {
         if let Some(open) = self.live() {
             return Ok(open);
         }
-        let (tx, rx) = mpsc::channel(LINK_QUEUE);
-        let answers =
-            C::open(self.client.clone(), ReceiverStream::new(rx)).await.map_err(|s| broken(self.node, s.message()))?;
+        let (tx, answers) = self.conn.open(C::PATH).await.map_err(|e| broken(self.node, e.message))?;
         let open = Arc::new(Open { tx, waiting: Default::default(), broken: Default::default() });
         tokio::spawn(read_answers::<C>(self.node, answers, open.waiting.clone(), open.broken.clone()));
         *self.current.lock() = Some(open.clone());
@@ -184,12 +174,12 @@ impl<C: Calls> Link<C> {
 /// every call still waiting (dropping their senders).
 async fn read_answers<C: Calls>(
     node: NodeId,
-    mut answers: tonic::Streaming<C::In>,
+    mut answers: CallReader,
     waiting: Arc<Waiting<C::Answer>>,
     broken: Arc<AtomicBool>,
 ) {
     loop {
-        match answers.message().await {
+        match answers.message::<C::In>().await {
             Ok(Some(m)) => {
                 shoal_proto::spin::note_work();
                 let (tag, answer) = C::untag(m);
@@ -200,7 +190,7 @@ async fn read_answers<C: Calls>(
             }
             Ok(None) => break,
             Err(e) => {
-                tracing::debug!(node, "call stream broke: {}", e.message());
+                tracing::debug!(node, "call stream broke: {}", e.message);
                 break;
             }
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use shoal_client::link::{Link, ReplicateCalls, TxnControlCalls};
 use shoal_client::Batcher;
+use shoal_proto::grpc_stream::StreamConn;
 use shoal_proto::hash::IdMap;
 use shoal_proto::pb::{self, data_node_client::DataNodeClient};
 use shoal_proto::{ClusterState, Epoch, ErrorCode, NodeId, NodeKind, PartitionId, ShoalError, TableId};
@@ -288,14 +289,20 @@ impl Transport for GrpcTransport {
                         .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
                         .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
                     let to = n.id;
-                    let link = Arc::new(Link::<ReplicateCalls>::new(to, client.clone()));
+                    let conn = Arc::new(StreamConn::new(
+                        &n.addr,
+                        Duration::from_millis(500),
+                        shoal_proto::grpc::Transport::Auto,
+                        crate::MAX_MESSAGE_BYTES,
+                    ));
+                    let link = Arc::new(Link::<ReplicateCalls>::new(to, conn.clone()));
                     let replicate = Arc::new(Batcher::new(
                         MAX_INFLIGHT_PER_PEER,
                         MAX_REPLICATE_PARTS,
                         |_: &Replicate| 1,
                         move |msgs| replicate_merged(link.clone(), to, msgs),
                     ));
-                    let control = Link::new(to, client.clone());
+                    let control = Link::new(to, conn);
                     peers.insert(n.id, Arc::new(Peer { addr: n.addr.clone(), client, replicate, control }));
                 }
                 Err(e) => tracing::warn!(node = n.id, addr = %n.addr, "bad peer address: {e}"),

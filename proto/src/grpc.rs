@@ -50,8 +50,8 @@ pub enum Transport {
 }
 
 /// How often both ends of a connection ping, and how long they wait for the answer.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a stopping server waits for its open connections to finish their requests before
 /// it drops them: a caller that stopped answering must not keep a node from exiting (compose
@@ -91,6 +91,13 @@ pub fn channel_over(addr: &str, connect_timeout: Duration, transport: Transport)
         let (addr, local) = (addr.clone(), local.clone());
         async move { dial(&addr, local.as_deref()).await.map(TokioIo::new) }
     })))
+}
+
+/// Dials the node serving on `addr` (host:port) as [`channel_over`]'s connections do: its
+/// local socket first when `transport` allows, else TCP.
+pub async fn dial_node(addr: &str, transport: Transport) -> io::Result<Conn> {
+    let local = (transport == Transport::Auto && local_sockets_enabled()).then(|| local_name(addr));
+    dial(addr, local.as_deref()).await
 }
 
 async fn dial(addr: &str, local: Option<&str>) -> io::Result<Conn> {

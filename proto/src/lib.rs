@@ -13,6 +13,7 @@ pub mod error;
 pub mod file;
 pub mod filter;
 pub mod grpc;
+pub mod grpc_stream;
 pub mod hash;
 pub mod local_stream;
 pub mod packed_rows;

@@ -1,0 +1,244 @@
+//! Bidirectional gRPC calls straight on an HTTP/2 connection (the `h2` crate), for the
+//! long-lived call streams between nodes (`client/src/link.rs`). On the wire this is the gRPC
+//! a tonic server expects: a POST to `/shoal.v1.DataNode/<Method>` with `content-type:
+//! application/grpc`, each message framed by a compressed flag and a 4-byte length, the
+//! status in the trailers.
+//!
+//! Why not tonic's client: through tonic and hyper, one message on a stream passes a channel
+//! into a body, a piping task per stream that moves each frame from the body into h2, and on
+//! the way back a decoder stacked in body wrappers — about a third of a SQL node's
+//! instructions per point select went there (benchmarks.md, "Twenty-seventh session"). Here a
+//! sender encodes its message and hands it to h2 itself, and one reader per stream decodes
+//! what arrives. Unary calls stay on tonic.
+//!
+//! One HTTP/2 connection per node address ([`StreamConn`]) carries all the streams to it,
+//! dialed as tonic's channels are ([`crate::grpc::dial_node`]) and kept alive by the same
+//! pings (see `grpc.rs`): a ping unanswered in time drops the connection, and every stream on
+//! it fails, so their callers reconnect instead of waiting for TCP to give up.
+
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2::client::SendRequest;
+use parking_lot::Mutex;
+
+use crate::grpc::{Transport, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_FRAME_BYTES};
+use crate::{ErrorCode, ShoalError};
+
+/// Flow-control windows this side announces (hyper's client defaults, which tonic used):
+/// large enough that a stream of answers never waits for a window update on the way.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+/// The gRPC message header: a compressed flag and a big-endian length.
+const HEADER: usize = 5;
+
+fn unreachable(addr: &str, why: impl std::fmt::Display) -> ShoalError {
+    ShoalError::new(ErrorCode::NodeNotReady, format!("{addr}: {why}"))
+}
+
+/// The HTTP/2 connection for call streams to one node address, dialed on first use and again
+/// after it breaks.
+pub struct StreamConn {
+    addr: String,
+    transport: Transport,
+    connect_timeout: Duration,
+    /// Most bytes one answer may have.
+    max_message: usize,
+    current: Mutex<Option<SendRequest<Bytes>>>,
+    /// Held while dialing, so concurrent callers dial once.
+    dialing: tokio::sync::Mutex<()>,
+}
+
+impl StreamConn {
+    pub fn new(addr: &str, connect_timeout: Duration, transport: Transport, max_message: usize) -> StreamConn {
+        StreamConn {
+            addr: addr.to_string(),
+            transport,
+            connect_timeout,
+            max_message,
+            current: Mutex::new(None),
+            dialing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Opens a call of the streaming method at `path`: its sender and its reader.
+    pub async fn open(&self, path: &'static str) -> Result<(CallSender, CallReader), ShoalError> {
+        let mut send = self.connection().await?;
+        let req = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(format!("http://{}{path}", self.addr))
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header(http::header::TE, "trailers")
+            .body(())
+            .map_err(|e| ShoalError::internal(format!("call request: {e}")))?;
+        let opened = async {
+            send = send.ready().await?;
+            let (response, stream) = send.send_request(req, false)?;
+            Ok::<_, h2::Error>((response, stream))
+        };
+        let (response, stream) = match opened.await {
+            Ok(r) => r,
+            Err(e) => {
+                // The connection is gone: the next call dials again.
+                self.current.lock().take();
+                return Err(unreachable(&self.addr, e));
+            }
+        };
+        // The server answers the headers at once for a streaming call, before any message.
+        let response = tokio::time::timeout(self.connect_timeout.max(KEEPALIVE_TIMEOUT), response)
+            .await
+            .map_err(|_| unreachable(&self.addr, "no answer to a new call stream"))?
+            .map_err(|e| unreachable(&self.addr, e))?;
+        if response.status() != http::StatusCode::OK {
+            return Err(unreachable(&self.addr, format!("call stream refused: HTTP {}", response.status())));
+        }
+        if let Some(status) = response.headers().get("grpc-status").filter(|s| s.as_bytes() != b"0") {
+            let message = response.headers().get("grpc-message").and_then(|m| m.to_str().ok()).unwrap_or("");
+            return Err(unreachable(&self.addr, format!("call stream refused: status {status:?} {message}")));
+        }
+        let reader = CallReader {
+            addr: self.addr.clone(),
+            body: response.into_body(),
+            buf: BytesMut::new(),
+            max_message: self.max_message,
+        };
+        Ok((CallSender { stream: Mutex::new(stream) }, reader))
+    }
+
+    /// The live connection, dialing one if there is none.
+    async fn connection(&self) -> Result<SendRequest<Bytes>, ShoalError> {
+        if let Some(c) = self.current.lock().clone() {
+            return Ok(c);
+        }
+        let _dialing = self.dialing.lock().await;
+        if let Some(c) = self.current.lock().clone() {
+            return Ok(c);
+        }
+        let io = tokio::time::timeout(self.connect_timeout, crate::grpc::dial_node(&self.addr, self.transport))
+            .await
+            .map_err(|_| unreachable(&self.addr, "connect timed out"))?
+            .map_err(|e| unreachable(&self.addr, e))?;
+        let (send, mut conn) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME_BYTES)
+            .handshake::<_, Bytes>(io)
+            .await
+            .map_err(|e| unreachable(&self.addr, e))?;
+        let pings = conn.ping_pong();
+        let addr = self.addr.clone();
+        tokio::spawn(async move {
+            let keepalive = async move {
+                let Some(mut pings) = pings else { return std::future::pending().await };
+                loop {
+                    tokio::time::sleep(KEEPALIVE_INTERVAL).await;
+                    match tokio::time::timeout(KEEPALIVE_TIMEOUT, pings.ping(h2::Ping::opaque())).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return format!("ping failed: {e}"),
+                        Err(_) => return "ping not answered in time".to_string(),
+                    }
+                }
+            };
+            // Dropping the connection ends every stream on it with an error.
+            let why = tokio::select! {
+                r = &mut conn => r.err().map_or("closed".to_string(), |e| e.to_string()),
+                why = keepalive => why,
+            };
+            tracing::debug!(addr, "call-stream connection ended: {why}");
+        });
+        *self.current.lock() = Some(send.clone());
+        Ok(send)
+    }
+
+    /// Forgets the connection (it broke): the next call dials a new one.
+    pub fn reset(&self) {
+        self.current.lock().take();
+    }
+}
+
+/// The sending half of a call stream; shared by every caller of the stream.
+pub struct CallSender {
+    stream: Mutex<h2::SendStream<Bytes>>,
+}
+
+impl CallSender {
+    /// Encodes `msg` and queues it on the stream (h2 writes it when the connection task runs
+    /// next). An error means the stream is broken.
+    pub fn send<M: prost::Message>(&self, msg: &M) -> Result<(), h2::Error> {
+        let len = msg.encoded_len();
+        let mut buf = BytesMut::with_capacity(HEADER + len);
+        buf.put_u8(0);
+        buf.put_u32(len as u32);
+        msg.encode(&mut buf).expect("the buffer holds the whole message");
+        self.stream.lock().send_data(buf.freeze(), false)
+    }
+}
+
+/// The receiving half of a call stream.
+pub struct CallReader {
+    addr: String,
+    body: h2::RecvStream,
+    buf: BytesMut,
+    max_message: usize,
+}
+
+impl CallReader {
+    /// The next message, None when the stream ended with status OK; an error when it broke or
+    /// ended otherwise.
+    pub async fn message<M: prost::Message + Default>(&mut self) -> Result<Option<M>, ShoalError> {
+        loop {
+            if self.buf.len() >= HEADER {
+                if self.buf[0] != 0 {
+                    return Err(unreachable(&self.addr, "a compressed message on a call stream"));
+                }
+                let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
+                if len > self.max_message {
+                    return Err(unreachable(&self.addr, format!("a {len}-byte message on a call stream")));
+                }
+                if self.buf.len() >= HEADER + len {
+                    let mut frame = self.buf.split_to(HEADER + len).freeze();
+                    frame.advance(HEADER);
+                    // Decoded from `Bytes`: the messages' `bytes` fields slice the frame.
+                    return M::decode(frame).map(Some).map_err(|e| unreachable(&self.addr, e));
+                }
+                self.buf.reserve(HEADER + len - self.buf.len());
+            }
+            match self.body.data().await {
+                Some(Ok(chunk)) => {
+                    let n = chunk.len();
+                    if self.buf.is_empty() && n >= HEADER && chunk[0] == 0 {
+                        // Whole messages in one chunk (the common case) are sliced out of it.
+                        let len = u32::from_be_bytes([chunk[1], chunk[2], chunk[3], chunk[4]]) as usize;
+                        if n == HEADER + len && len <= self.max_message {
+                            let _ = self.body.flow_control().release_capacity(n);
+                            return M::decode(chunk.slice(HEADER..)).map(Some).map_err(|e| unreachable(&self.addr, e));
+                        }
+                    }
+                    self.buf.extend_from_slice(&chunk);
+                    let _ = self.body.flow_control().release_capacity(n);
+                }
+                Some(Err(e)) => return Err(unreachable(&self.addr, e)),
+                None => {
+                    let trailers = self.body.trailers().await.map_err(|e| unreachable(&self.addr, e))?;
+                    let status = trailers.as_ref().and_then(|t| t.get("grpc-status")).map(|s| s.as_bytes().to_vec());
+                    return match status.as_deref() {
+                        Some(b"0") => Ok(None),
+                        _ => {
+                            let message = trailers
+                                .as_ref()
+                                .and_then(|t| t.get("grpc-message"))
+                                .and_then(|m| m.to_str().ok())
+                                .unwrap_or("")
+                                .to_string();
+                            Err(unreachable(&self.addr, format!("call stream ended: {message}")))
+                        }
+                    };
+                }
+            }
+        }
+    }
+}
