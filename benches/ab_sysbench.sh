@@ -27,11 +27,7 @@ one() {
   rm -rf "$work/c"
   start_shoal "$bin/shoal" "$work/c"
   local port sb out
-  port=$(shoal_mysql_port "$work/c")
-  mariadb -h 127.0.0.1 -P "$port" -u root --skip-ssl -e "CREATE DATABASE sbtest"
-  sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=root --mysql-db=sbtest
-    --tables=4 --table-size=10000)
-  sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
+  shoal_sysbench_tables "$work/c"
   out=$(sysbench "$WL" "${sb[@]}" "$@" --threads="$THREADS" --time="$SECS" run)
   kill -TERM "$up_pid"; wait "$up_pid" 2>/dev/null || true; up_pid=""
   local what=transactions:

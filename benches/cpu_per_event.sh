@@ -116,11 +116,7 @@ echo "| server | process | rate | user | system | total |"
 echo "|---|---|---|---|---|---|"
 if [ "$ONLY" != mariadb ]; then
   start_shoal "$BIN/shoal" "$work/c"
-  port=$(shoal_mysql_port "$work/c")
-  mariadb -h 127.0.0.1 -P "$port" -u root --skip-ssl -e "CREATE DATABASE sbtest"
-  sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=root --mysql-db=sbtest
-    --tables=4 --table-size=10000)
-  sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
+  shoal_sysbench_tables "$work/c"
   nodes=()
   for f in "$work"/c/run/*.pid; do
     id=$(basename "$f" .pid)

@@ -34,11 +34,7 @@ exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=$OUT/dn.%
 EOF
 chmod +x "$work/bin/shoal-datanode"
 start_shoal "$work/bin/shoal" "$work/c"
-port=$(shoal_mysql_port "$work/c")
-mariadb -h 127.0.0.1 -P "$port" -u root --skip-ssl -e "CREATE DATABASE sbtest"
-sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=root --mysql-db=sbtest
-  --tables=4 --table-size=10000)
-sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
+shoal_sysbench_tables "$work/c"
 # Warm-up: prepared statements, connections between the nodes.
 sysbench "$WL" "${sb[@]}" --threads=4 --events=40 --time=0 "$@" run >/dev/null
 pids=()

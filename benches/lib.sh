@@ -61,6 +61,17 @@ start_shoal() {
 # shoal_mysql_port DIR: the MySQL port of the first SQL node of the cluster start_shoal ran in DIR.
 shoal_mysql_port() { sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$1.log" | head -1; }
 
+# shoal_sysbench_tables DIR: creates database sbtest on the cluster start_shoal ran in DIR, fills
+# sysbench's 4 tables x 10,000 rows, and sets `port` (the SQL node's MySQL port) and `sb` (the
+# sysbench options that reach those tables as root).
+shoal_sysbench_tables() {
+  port=$(shoal_mysql_port "$1")
+  mariadb -h 127.0.0.1 -P "$port" -u root --skip-ssl -e "CREATE DATABASE sbtest"
+  sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=root --mysql-db=sbtest
+    --tables=4 --table-size=10000)
+  sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
+}
+
 # cpu_jiffies prints "<steal> <total>": the machine's jiffies so far (/proc/stat, all CPUs), for
 # the share the hypervisor took from this VM during a run (steal). On these shared VMs it moves
 # between 5% and 40% within minutes, and a run's rate with it, more than most changes do.

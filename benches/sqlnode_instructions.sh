@@ -27,12 +27,8 @@ bench_workdir
 vg_pid=""
 trap '[ -n "$vg_pid" ] && kill "$vg_pid" 2>/dev/null; bench_cleanup' EXIT
 start_shoal "$A/shoal" "$work/c"
-port=$(shoal_mysql_port "$work/c")
 sql_id=$(sed -n '/^\[\[sqlnode\]\]/,/^id/ s/^id = \([0-9]*\)/\1/p' "$work/c/cluster.toml" | head -1)
-mariadb -h 127.0.0.1 -P "$port" -u root --skip-ssl -e "CREATE DATABASE sbtest"
-sb=(--db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=root --mysql-db=sbtest
-  --tables=4 --table-size=10000)
-sysbench oltp_read_write "${sb[@]}" prepare >/dev/null
+shoal_sysbench_tables "$work/c"
 "$A/shoal" node stop "$sql_id" --dir "$work/c" >/dev/null
 
 # instructions BIN [sysbench option ...]: sets `per_event`.

@@ -798,23 +798,21 @@ impl Client {
     }
 
     fn node_client(&self, id: NodeId) -> Result<DataNodeClient<Channel>> {
-        let map = self.map();
-        let addr = map
+        let addr = self.addr_of(id)?;
+        cached_for(&self.inner.nodes, id, &addr, || {
+            let ch = shoal_proto::grpc::channel_over(&addr, Duration::from_millis(500), self.inner.opts.transport)?;
+            Ok(DataNodeClient::new(ch)
+                .max_decoding_message_size(MAX_ANSWER_BYTES)
+                .max_encoding_message_size(MAX_ANSWER_BYTES))
+        })
+    }
+
+    /// Node `id`'s address in the current map.
+    fn addr_of(&self, id: NodeId) -> Result<String> {
+        self.map()
             .node(id)
             .map(|n| n.addr.clone())
-            .ok_or_else(|| ShoalError::internal(format!("node {id} is not in the map")))?;
-        let mut nodes = self.inner.nodes.lock();
-        if let Some((a, c)) = nodes.get(&id) {
-            if *a == addr {
-                return Ok(c.clone());
-            }
-        }
-        let ch = shoal_proto::grpc::channel_over(&addr, Duration::from_millis(500), self.inner.opts.transport)?;
-        let c = DataNodeClient::new(ch)
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024);
-        nodes.insert(id, (addr, c.clone()));
-        Ok(c)
+            .ok_or_else(|| ShoalError::internal(format!("node {id} is not in the map")))
     }
 
     /// Sends `req` to `node` through that node's batcher, which merges it with concurrent
@@ -854,21 +852,11 @@ impl Client {
 
     /// The connection for call streams to node `id` at its current address.
     fn stream_conn(&self, id: NodeId) -> Result<Arc<StreamConn>> {
-        let map = self.map();
-        let addr = map
-            .node(id)
-            .map(|n| n.addr.clone())
-            .ok_or_else(|| ShoalError::internal(format!("node {id} is not in the map")))?;
-        let mut conns = self.inner.stream_conns.lock();
-        if let Some((a, c)) = conns.get(&id) {
-            if *a == addr {
-                return Ok(c.clone());
-            }
-        }
-        let c =
-            Arc::new(StreamConn::new(&addr, Duration::from_millis(500), self.inner.opts.transport, 64 * 1024 * 1024));
-        conns.insert(id, (addr, c.clone()));
-        Ok(c)
+        let addr = self.addr_of(id)?;
+        cached_for(&self.inner.stream_conns, id, &addr, || {
+            let transport = self.inner.opts.transport;
+            Ok(Arc::new(StreamConn::new(&addr, Duration::from_millis(500), transport, MAX_ANSWER_BYTES)))
+        })
     }
 
     /// The entry under `key` in `table` while it was made for node `id`'s current address;
@@ -881,16 +869,8 @@ impl Client {
         id: NodeId,
         make: impl FnOnce(Arc<StreamConn>) -> T,
     ) -> Result<Arc<T>> {
-        let map = self.map();
-        let addr = map.node(id).map_or("", |n| n.addr.as_str());
-        if let Some((a, t)) = table.lock().get(&key) {
-            if a == addr {
-                return Ok(t.clone());
-            }
-        }
-        let made = Arc::new(make(self.stream_conn(id)?));
-        table.lock().insert(key, (addr.to_string(), made.clone()));
-        Ok(made)
+        let addr = self.addr_of(id)?;
+        cached_for(table, key, &addr, || Ok(Arc::new(make(self.stream_conn(id)?))))
     }
 
     /// The streams that carry transactions' operations and commits to node `id`.
@@ -1064,6 +1044,27 @@ async fn send_through(node: NodeId, batcher: &NodeBatcher, req: pb::BatchRequest
         .call(req)
         .await
         .unwrap_or_else(|| Err(ShoalError::new(ErrorCode::NodeNotReady, format!("node {node}: sender stopped"))))
+}
+
+/// Most bytes of one answer from a data node.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// The entry under `key` in `table` while it was made for `addr`; otherwise a new one from
+/// `make` replaces it (made without the table's lock held: making one may take other locks).
+fn cached_for<K: std::hash::Hash + Eq, T: Clone>(
+    table: &Mutex<IdMap<K, (String, T)>>,
+    key: K,
+    addr: &str,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    if let Some((a, t)) = table.lock().get(&key) {
+        if a == addr {
+            return Ok(t.clone());
+        }
+    }
+    let made = make()?;
+    table.lock().insert(key, (addr.to_string(), made.clone()));
+    Ok(made)
 }
 
 /// A batcher and the node address it sends to.
