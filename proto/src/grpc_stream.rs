@@ -16,6 +16,8 @@
 //! pings (see `grpc.rs`): a ping unanswered in time drops the connection, and every stream on
 //! it fails, so their callers reconnect instead of waiting for TCP to give up.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -36,6 +38,9 @@ fn unreachable(addr: &str, why: impl std::fmt::Display) -> ShoalError {
     ShoalError::new(ErrorCode::NodeNotReady, format!("{addr}: {why}"))
 }
 
+/// A connection and the number it was dialed as.
+type Numbered = (u64, SendRequest<Bytes>);
+
 /// The HTTP/2 connection for call streams to one node address, dialed on first use and again
 /// after it breaks.
 pub struct StreamConn {
@@ -44,7 +49,10 @@ pub struct StreamConn {
     connect_timeout: Duration,
     /// Most bytes one answer may have.
     max_message: usize,
-    current: Mutex<Option<SendRequest<Bytes>>>,
+    /// The live connection, with the number it was dialed as: its driver task clears it when
+    /// the connection ends, unless a newer one took its place.
+    current: Arc<Mutex<Option<Numbered>>>,
+    dialed: AtomicU64,
     /// Held while dialing, so concurrent callers dial once.
     dialing: tokio::sync::Mutex<()>,
 }
@@ -56,36 +64,40 @@ impl StreamConn {
             transport,
             connect_timeout,
             max_message,
-            current: Mutex::new(None),
+            current: Arc::new(Mutex::new(None)),
+            dialed: AtomicU64::new(0),
             dialing: tokio::sync::Mutex::new(()),
         }
     }
 
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
     /// Opens a call of the streaming method at `path`: its sender and its reader.
     pub async fn open(&self, path: &'static str) -> Result<(CallSender, CallReader), ShoalError> {
-        let mut send = self.connection().await?;
-        let req = http::Request::builder()
-            .method(http::Method::POST)
-            .uri(format!("http://{}{path}", self.addr))
-            .header(http::header::CONTENT_TYPE, "application/grpc")
-            .header(http::header::TE, "trailers")
-            .body(())
-            .map_err(|e| ShoalError::internal(format!("call request: {e}")))?;
-        let opened = async {
-            send = send.ready().await?;
-            let (response, stream) = send.send_request(req, false)?;
-            Ok::<_, h2::Error>((response, stream))
+        let req = || {
+            http::Request::builder()
+                .method(http::Method::POST)
+                .uri(format!("http://{}{path}", self.addr))
+                .header(http::header::CONTENT_TYPE, "application/grpc")
+                .header(http::header::TE, "trailers")
+                .body(())
+                .map_err(|e| ShoalError::internal(format!("call request: {e}")))
         };
-        let (response, stream) = match opened.await {
+        let started = async |send: SendRequest<Bytes>, req| {
+            let mut send = send.ready().await?;
+            send.send_request(req, false)
+        };
+        let (number, send) = self.connection().await?;
+        let (response, stream) = match started(send, req()?).await {
             Ok(r) => r,
             Err(e) => {
-                // The connection is gone: the next call dials again.
-                self.current.lock().take();
-                return Err(unreachable(&self.addr, e));
+                // The connection went away (its peer restarted, or is stopping): once more on
+                // a new one, so a caller does not pay for noticing it.
+                self.forget(number);
+                tracing::debug!(addr = self.addr, "call-stream connection gone: {e}");
+                let (number, send) = self.connection().await?;
+                started(send, req()?).await.map_err(|e| {
+                    self.forget(number);
+                    unreachable(&self.addr, e)
+                })?
             }
         };
         // The server answers the headers at once for a streaming call, before any message.
@@ -109,8 +121,8 @@ impl StreamConn {
         Ok((CallSender { stream: Mutex::new(stream) }, reader))
     }
 
-    /// The live connection, dialing one if there is none.
-    async fn connection(&self) -> Result<SendRequest<Bytes>, ShoalError> {
+    /// The live connection and its number, dialing one if there is none.
+    async fn connection(&self) -> Result<Numbered, ShoalError> {
         if let Some(c) = self.current.lock().clone() {
             return Ok(c);
         }
@@ -118,19 +130,24 @@ impl StreamConn {
         if let Some(c) = self.current.lock().clone() {
             return Ok(c);
         }
-        let io = tokio::time::timeout(self.connect_timeout, crate::grpc::dial_node(&self.addr, self.transport))
+        let handshake = async {
+            let io =
+                crate::grpc::dial_node(&self.addr, self.transport).await.map_err(|e| unreachable(&self.addr, e))?;
+            h2::client::Builder::new()
+                .initial_window_size(STREAM_WINDOW)
+                .initial_connection_window_size(CONNECTION_WINDOW)
+                .max_frame_size(MAX_FRAME_BYTES)
+                .handshake::<_, Bytes>(io)
+                .await
+                .map_err(|e| unreachable(&self.addr, e))
+        };
+        let (send, mut conn) = tokio::time::timeout(self.connect_timeout, handshake)
             .await
-            .map_err(|_| unreachable(&self.addr, "connect timed out"))?
-            .map_err(|e| unreachable(&self.addr, e))?;
-        let (send, mut conn) = h2::client::Builder::new()
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_frame_size(MAX_FRAME_BYTES)
-            .handshake::<_, Bytes>(io)
-            .await
-            .map_err(|e| unreachable(&self.addr, e))?;
+            .map_err(|_| unreachable(&self.addr, "connect timed out"))??;
+        let number = self.dialed.fetch_add(1, Ordering::Relaxed) + 1;
         let pings = conn.ping_pong();
         let addr = self.addr.clone();
+        let current = self.current.clone();
         tokio::spawn(async move {
             let keepalive = async move {
                 let Some(mut pings) = pings else { return std::future::pending().await };
@@ -149,14 +166,22 @@ impl StreamConn {
                 why = keepalive => why,
             };
             tracing::debug!(addr, "call-stream connection ended: {why}");
+            forget(&current, number);
         });
-        *self.current.lock() = Some(send.clone());
-        Ok(send)
+        *self.current.lock() = Some((number, send.clone()));
+        Ok((number, send))
     }
 
-    /// Forgets the connection (it broke): the next call dials a new one.
-    pub fn reset(&self) {
-        self.current.lock().take();
+    /// Forgets connection `number` (it broke): the next call dials a new one.
+    fn forget(&self, number: u64) {
+        forget(&self.current, number);
+    }
+}
+
+fn forget(current: &Mutex<Option<Numbered>>, number: u64) {
+    let mut current = current.lock();
+    if current.as_ref().is_some_and(|(n, _)| *n == number) {
+        *current = None;
     }
 }
 
