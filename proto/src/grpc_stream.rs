@@ -268,3 +268,64 @@ impl CallReader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb;
+
+    fn framed(msg: &pb::TaggedBatch) -> Vec<u8> {
+        let body = prost::Message::encode_to_vec(msg);
+        let mut out = vec![0];
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Messages arrive in whatever DATA frames the sender's h2 made: one per frame, several in
+    /// one, one split over several, a header split in two. The reader gives each back whole
+    /// and in order, then None at the OK trailers.
+    #[tokio::test]
+    async fn the_reader_reassembles_messages_across_and_within_data_frames() {
+        let msgs: Vec<pb::TaggedBatch> = (1..=5)
+            .map(|tag| pb::TaggedBatch {
+                tag,
+                batch: Some(pb::BatchRequest { epoch: tag * 1000, ..Default::default() }),
+            })
+            .collect();
+        let all: Vec<u8> = msgs.iter().flat_map(framed).collect();
+        let first = framed(&msgs[0]).len();
+        // Frames: message 1 alone; then messages 2-5 cut at awkward places (inside a header,
+        // inside a body, two messages in one frame).
+        let cuts = [first, first + 3, first + 20, all.len() - 7, all.len()];
+
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move {
+            let mut conn = h2::server::handshake(server_io).await.unwrap();
+            let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
+            let mut stream = respond.send_response(http::Response::new(()), false).unwrap();
+            let mut from = 0;
+            for to in cuts {
+                stream.send_data(Bytes::copy_from_slice(&all[from..to]), false).unwrap();
+                from = to;
+            }
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", "0".parse().unwrap());
+            stream.send_trailers(trailers).unwrap();
+            while conn.accept().await.is_some() {}
+        });
+        let (send, conn) = h2::client::handshake(client_io).await.unwrap();
+        tokio::spawn(conn);
+        let mut send = send.ready().await.unwrap();
+        let req = http::Request::builder().method("POST").uri("http://test/x").body(()).unwrap();
+        let (response, _stream) = send.send_request(req, false).unwrap();
+        let body = response.await.unwrap().into_body();
+        let mut reader = CallReader { addr: "test".into(), body, buf: BytesMut::new(), max_message: 1 << 20 };
+        for want in &msgs {
+            let got: pb::TaggedBatch = reader.message().await.unwrap().expect("a message");
+            assert_eq!(&got, want);
+        }
+        assert!(reader.message::<pb::TaggedBatch>().await.unwrap().is_none());
+        server.abort();
+    }
+}
