@@ -114,6 +114,10 @@ struct Term {
     /// what came after, and no node of their group can start it from that. Asked once per
     /// incarnation: a node that restarted and still cannot start the group must not loop.
     restart_asked: HashMap<NodeId, u64>,
+    /// Nodes asked to restart because they restored an older global checkpoint than recorded
+    /// for them (`Model::restored_older_than_recorded`): once per node and term, so a node
+    /// whose newer files turn out unreadable does not restart again and again.
+    reload_asked: HashSet<NodeId>,
 }
 
 impl Term {
@@ -138,6 +142,7 @@ impl Term {
             read_only_renewed: HashMap::new(),
             read_only_release_in_flight: HashSet::new(),
             restart_asked: HashMap::new(),
+            reload_asked: HashSet::new(),
         }
     }
 
@@ -513,6 +518,14 @@ impl Leader {
                                 group,
                                 node = id,
                                 "node group {group} is down and node {id} was declared down while alive: asking it to restart from its own files"
+                            );
+                        } else if Model::restored_older_than_recorded(cluster, &p.info) && t.reload_asked.insert(id) {
+                            t.restart_asked.insert(id, inc);
+                            tracing::warn!(
+                                group,
+                                node = id,
+                                loaded = ?p.info.loaded_gci,
+                                "node group {group} is down and node {id} restored an older global checkpoint than recorded for it: asking it to restore again"
                             );
                         }
                     }

@@ -413,6 +413,16 @@ impl Model {
             && me.restorable_gci == newest_restorable(cluster, me.node_group)
     }
 
+    /// Whether `j` restored its files to an older global checkpoint than mgmd records it can
+    /// restore, and that record is its group's newest: it took its target from a map fetched
+    /// before mgmd had applied the last `GciComplete` of its log (both restarting at once), so
+    /// a reload with the map as it is now brings it to what its group can start from.
+    pub fn restored_older_than_recorded(cluster: &ClusterState, j: &JoinInfo) -> bool {
+        let Some(me) = cluster.node(j.id) else { return false };
+        j.loaded_gci.is_some_and(|g| g < me.restorable_gci)
+            && me.restorable_gci == newest_restorable(cluster, me.node_group)
+    }
+
     fn config(&self) -> Result<&ClusterConfig, ShoalError> {
         self.config.as_ref().ok_or_else(|| err(ErrorCode::NodeNotReady, "cluster is not bootstrapped yet"))
     }
@@ -923,6 +933,26 @@ mod tests {
         m.apply(Command::GciComplete { gci: 5, restorable: vec![12] }).unwrap();
         assert_eq!(m.cluster.gci_complete, 7);
         assert_eq!(m.cluster.node(12).unwrap().restorable_gci, 0);
+    }
+
+    /// A node that restored to an older checkpoint than recorded for it (it read a map from
+    /// before mgmd applied its last `GciComplete`) is told to reload; one whose own record is
+    /// older than its group's newest, or that restored nothing, or restored what is recorded,
+    /// is not.
+    #[test]
+    fn a_node_that_restored_older_than_its_record_reloads() {
+        let mut m = started(1, 2);
+        m.apply(Command::GciComplete { gci: 10, restorable: vec![11, 12] }).unwrap();
+        m.apply(Command::GciComplete { gci: 12, restorable: vec![12] }).unwrap();
+        m.apply(Command::Down { id: 11, incarnation: 1, reason: "crash".into() }).unwrap();
+        m.apply(Command::Down { id: 12, incarnation: 1, reason: "crash".into() }).unwrap();
+        let loaded = |id, gci| JoinInfo { loaded_gci: gci, ..join(id, 2) };
+        assert!(Model::restored_older_than_recorded(&m.cluster, &loaded(12, Some(10))));
+        assert!(!Model::restored_older_than_recorded(&m.cluster, &loaded(12, Some(12))));
+        assert!(!Model::restored_older_than_recorded(&m.cluster, &loaded(12, None)));
+        // Node 11's own record is 10, older than its group's newest: reloading gains nothing.
+        assert!(!Model::restored_older_than_recorded(&m.cluster, &loaded(11, Some(10))));
+        assert!(!Model::restored_older_than_recorded(&m.cluster, &loaded(11, Some(8))));
     }
 
     #[test]
