@@ -213,39 +213,38 @@ pub struct CallReader {
 }
 
 impl CallReader {
+    /// Where the first message in `data` ends, if `data` holds all of it; an error for a
+    /// message this reader refuses (compressed, or longer than `max_message`).
+    fn whole(&self, data: &[u8]) -> Result<Option<usize>, ShoalError> {
+        let Some(header) = data.get(..HEADER) else { return Ok(None) };
+        if header[0] != 0 {
+            return Err(unreachable(&self.addr, "a compressed message on a call stream"));
+        }
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        if len > self.max_message {
+            return Err(unreachable(&self.addr, format!("a {len}-byte message on a call stream")));
+        }
+        Ok((data.len() >= HEADER + len).then_some(HEADER + len))
+    }
+
     /// The next message, None when the stream ended with status OK; an error when it broke or
     /// ended otherwise.
     pub async fn message<M: prost::Message + Default>(&mut self) -> Result<Option<M>, ShoalError> {
         loop {
-            if self.buf.len() >= HEADER {
-                if self.buf[0] != 0 {
-                    return Err(unreachable(&self.addr, "a compressed message on a call stream"));
-                }
-                let len = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]) as usize;
-                if len > self.max_message {
-                    return Err(unreachable(&self.addr, format!("a {len}-byte message on a call stream")));
-                }
-                if self.buf.len() >= HEADER + len {
-                    let mut frame = self.buf.split_to(HEADER + len).freeze();
-                    frame.advance(HEADER);
-                    // Decoded from `Bytes`: the messages' `bytes` fields slice the frame.
-                    return M::decode(frame).map(Some).map_err(|e| unreachable(&self.addr, e));
-                }
-                self.buf.reserve(HEADER + len - self.buf.len());
+            if let Some(end) = self.whole(&self.buf)? {
+                let mut frame = self.buf.split_to(end).freeze();
+                frame.advance(HEADER);
+                // Decoded from `Bytes`: the messages' `bytes` fields slice the frame.
+                return M::decode(frame).map(Some).map_err(|e| unreachable(&self.addr, e));
             }
             match self.body.data().await {
                 Some(Ok(chunk)) => {
-                    let n = chunk.len();
-                    if self.buf.is_empty() && n >= HEADER && chunk[0] == 0 {
-                        // Whole messages in one chunk (the common case) are sliced out of it.
-                        let len = u32::from_be_bytes([chunk[1], chunk[2], chunk[3], chunk[4]]) as usize;
-                        if n == HEADER + len && len <= self.max_message {
-                            let _ = self.body.flow_control().release_capacity(n);
-                            return M::decode(chunk.slice(HEADER..)).map(Some).map_err(|e| unreachable(&self.addr, e));
-                        }
+                    let _ = self.body.flow_control().release_capacity(chunk.len());
+                    // A chunk that is one whole message (the common case) is sliced, not copied.
+                    if self.buf.is_empty() && self.whole(&chunk)? == Some(chunk.len()) {
+                        return M::decode(chunk.slice(HEADER..)).map(Some).map_err(|e| unreachable(&self.addr, e));
                     }
                     self.buf.extend_from_slice(&chunk);
-                    let _ = self.body.flow_control().release_capacity(n);
                 }
                 Some(Err(e)) => return Err(unreachable(&self.addr, e)),
                 None => {
