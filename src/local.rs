@@ -101,6 +101,7 @@ impl LocalCluster {
                     data_memory_mb: 1024,
                     threads: share.max(1),
                     spin_us: 0,
+                    await_spin_us: shoal_proto::config::DEFAULT_AWAIT_SPIN_US,
                 });
             }
         }

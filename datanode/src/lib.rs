@@ -59,12 +59,13 @@ pub fn main_entry() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     // A config that cannot be read fails in `run`, with the reason.
-    let (threads, spin_us) = ClusterConfig::load(&args.config)
+    let (threads, spin_us, await_spin_us) = ClusterConfig::load(&args.config)
         .ok()
-        .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| (d.threads, d.spin_us)))
-        .unwrap_or((0, 0));
+        .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| (d.threads, d.spin_us, d.await_spin_us)))
+        .unwrap_or((0, 0, 0));
     let workers = shoal_proto::config::worker_threads(threads);
-    let rt = match shoal_proto::spin::build(shoal_proto::config::runtime_builder(workers), spin_us) {
+    let builder = shoal_proto::config::runtime_builder(workers);
+    let rt = match shoal_proto::spin::build(builder, spin_us, await_spin_us) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shoal-datanode: cannot start runtime: {e}");

@@ -101,6 +101,7 @@ impl Sim {
                     data_memory_mb: 64,
                     threads: 0,
                     spin_us: 0,
+                    await_spin_us: 0,
                 })
                 .collect(),
             sqlnode: vec![],

@@ -205,6 +205,7 @@ async fn replicate_merged(
 ) -> Vec<Result<(), ShoalError>> {
     let n = msgs.len();
     let req = pb::ReplicateBatchRequest { parts: msgs.iter().map(replicate_to_pb).collect() };
+    let _awaiting = shoal_proto::spin::awaiting();
     let answer = match tokio::time::timeout(ATTEMPT_TIMEOUT, link.call(req)).await {
         Ok(Ok(resp)) => {
             let results = resp.results;
@@ -228,6 +229,7 @@ impl Transport for GrpcTransport {
         let peer = self.peer(to);
         Box::pin(async move {
             let peer = peer?;
+            let _awaiting = shoal_proto::spin::awaiting();
             let resp = match tokio::time::timeout(TXN_CONTROL_TIMEOUT, peer.control.call(req)).await {
                 Err(_) => return Err(unreachable(to, "no answer")),
                 Ok(r) => r?,

@@ -847,6 +847,7 @@ mod tests {
                     data_memory_mb: 64,
                     threads: 0,
                     spin_us: 0,
+                    await_spin_us: 0,
                 });
             }
         }

@@ -58,6 +58,7 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
                 data_memory_mb: 16,
                 threads: 0,
                 spin_us: 0,
+                await_spin_us: 0,
             })
             .collect(),
         sqlnode: vec![],

@@ -1,4 +1,5 @@
-//! Spinning before a node's thread sleeps (`spin_us` of a `[[sqlnode]]` or `[[datanode]]`).
+//! Spinning before a node's thread sleeps: after its work (`spin_us` of a `[[sqlnode]]` or
+//! `[[datanode]]`), and while it awaits a peer (`await_spin_us` of a `[[datanode]]`).
 //!
 //! A runtime thread that runs out of work sleeps in `epoll_wait`, and the next message must
 //! wake it: the sender pays for the wake-up in the kernel, and on a virtual machine waking an
@@ -12,14 +13,26 @@
 //! its way to the data nodes, their answer on its way back). On 2 cores, sysbench
 //! `oltp_read_write` at 16 threads left 12% of the machine idle without it and 7% with it (2%
 //! more transactions by the median of five alternated rounds, 0–11% per round), and one
-//! thread ran 40–55% more point selects. Data nodes spin only when
+//! thread ran 40–55% more point selects. Data nodes do not spin after their work unless
 //! configured: on 2 cores theirs took CPU from the SQL node, and point selects at 16 threads
-//! lost more than a quarter, while key-value writes gained a third (benchmarks.md,
-//! "Twenty-third session").
+//! lost more than a quarter (benchmarks.md, "Twenty-third session").
+//!
+//! **Awaiting a peer.** A data node that sent a write to its backups (or a transaction step to
+//! another node) knows an answer is coming within a round trip; sleeping meanwhile costs a
+//! wake-up on each side, and a key-value write makes four such hops. So a data node spins while
+//! it awaits a peer ([`awaiting`]), giving the CPU away (`sched_yield`) in every turn so the
+//! peer it waits for runs first when the scheduler put both on one CPU. It does so only while
+//! the machine's CPUs are not contended: when tasks already wait for a CPU (Linux's pressure
+//! stall information, `/proc/pressure/cpu`, "some" above [`CONTENDED_SHARE`] over the last
+//! [`PRESSURE_PERIOD`]), spinning takes CPU from work that is there — sysbench
+//! `oltp_read_write` at 16 threads lost 13–16% with data nodes spinning while they awaited
+//! their backups, and its pressure is about 50%, against 23–26% for key-value writes at 16
+//! clients, which gained 35–45% (benchmarks.md, "Twenty-eighth session").
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -35,14 +48,111 @@ pub fn note_work() {
 }
 
 /// Builds a node's runtime (all drivers enabled) that spins `spin_us` microseconds before it
-/// sleeps (0: never).
-pub fn build(mut builder: tokio::runtime::Builder, spin_us: u32) -> std::io::Result<tokio::runtime::Runtime> {
+/// sleeps, and up to `await_spin_us` while it awaits a peer's answer (0: never; see the module
+/// comment).
+pub fn build(
+    mut builder: tokio::runtime::Builder,
+    spin_us: u32,
+    await_spin_us: u32,
+) -> std::io::Result<tokio::runtime::Runtime> {
     let spinner = (spin_us > 0).then(|| arm(&mut builder, Duration::from_micros(spin_us.into())));
     let rt = builder.enable_all().build()?;
     if let Some(s) = spinner {
         rt.spawn(s);
     }
+    // Spinning after work already covers the time spent awaiting.
+    if spin_us == 0 && await_spin_us > 0 {
+        let woken = AWAIT_WOKEN.get_or_init(|| Arc::new(Notify::new())).clone();
+        rt.spawn(await_spinner(woken, Duration::from_micros(await_spin_us.into())));
+        rt.spawn(watch_pressure());
+    }
     Ok(rt)
+}
+
+/// Answers this process awaits from its peers (see [`awaiting`]).
+static AWAITING: AtomicUsize = AtomicUsize::new(0);
+/// Wakes the await spinner; set when the runtime has one.
+static AWAIT_WOKEN: OnceLock<Arc<Notify>> = OnceLock::new();
+/// Whether the machine's CPUs had room over the last [`PRESSURE_PERIOD`] (see the module
+/// comment). False until measured, and where the kernel does not report pressure.
+static UNCONTENDED: AtomicBool = AtomicBool::new(false);
+
+/// The share of time with some task waiting for a CPU above which awaiting does not spin.
+pub const CONTENDED_SHARE: f64 = 0.4;
+/// How often the CPU pressure is read.
+pub const PRESSURE_PERIOD: Duration = Duration::from_millis(100);
+
+/// Held while this process awaits an answer from a peer: the await spinner, if the runtime has
+/// one, keeps the thread polling until every such answer is in, or its window passes without a
+/// message.
+#[must_use]
+pub struct Awaiting(());
+
+pub fn awaiting() -> Awaiting {
+    if AWAITING.fetch_add(1, Ordering::Relaxed) == 0 && UNCONTENDED.load(Ordering::Relaxed) {
+        if let Some(w) = AWAIT_WOKEN.get() {
+            w.notify_one();
+        }
+    }
+    Awaiting(())
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        AWAITING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn await_spinner(woken: Arc<Notify>, window: Duration) {
+    loop {
+        woken.notified().await;
+        let mut until = Instant::now() + window;
+        let mut seen = WORK.load(Ordering::Relaxed);
+        while AWAITING.load(Ordering::Relaxed) > 0 {
+            tokio::task::yield_now().await;
+            // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
+            unsafe { libc::sched_yield() };
+            let now = Instant::now();
+            let work = WORK.load(Ordering::Relaxed);
+            if work != seen {
+                seen = work;
+                until = now + window;
+            } else if now >= until {
+                break;
+            }
+        }
+    }
+}
+
+/// Reads the machine's CPU pressure every [`PRESSURE_PERIOD`] into [`UNCONTENDED`]. Ends at
+/// once, leaving awaiting without spinning, where the kernel does not report it.
+async fn watch_pressure() {
+    let Some(mut last) = cpu_pressure_us() else {
+        tracing::debug!("no CPU pressure information (/proc/pressure/cpu): data nodes do not spin while awaiting");
+        return;
+    };
+    let mut at = Instant::now();
+    loop {
+        tokio::time::sleep(PRESSURE_PERIOD).await;
+        let Some(now) = cpu_pressure_us() else { return };
+        let elapsed = at.elapsed().as_micros() as f64;
+        at = Instant::now();
+        let share = now.saturating_sub(last) as f64 / elapsed.max(1.0);
+        last = now;
+        UNCONTENDED.store(share < CONTENDED_SHARE, Ordering::Relaxed);
+    }
+}
+
+/// Microseconds so far in which some task waited for a CPU: `total` of the `some` line of
+/// `/proc/pressure/cpu`.
+fn cpu_pressure_us() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    parse_pressure(&text)
+}
+
+fn parse_pressure(text: &str) -> Option<u64> {
+    let some = text.lines().find(|l| l.starts_with("some "))?;
+    some.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
 }
 
 /// Arms `builder` to spin for `window` after each wake-up and after each message noted
@@ -89,6 +199,15 @@ mod tests {
     }
 
     /// One test for both: messages count process-wide, so two tests at once would mix.
+    #[test]
+    fn reads_the_some_total_of_cpu_pressure() {
+        let text = "some avg10=13.67 avg60=27.20 avg300=15.55 total=175904149\n\
+                    full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(parse_pressure(text), Some(175_904_149));
+        assert_eq!(parse_pressure("full avg10=0.00 total=5\n"), None);
+        assert_eq!(parse_pressure("some avg10=0.00 total=x\n"), None);
+    }
+
     #[test]
     fn spins_after_wake_ups_and_messages_then_sleeps() {
         let mut builder = tokio::runtime::Builder::new_current_thread();

@@ -58,7 +58,7 @@ pub fn main_entry() {
     let serve = move || {
         let mut builder = shoal_proto::config::runtime_builder(workers);
         builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES);
-        shoal_proto::spin::build(builder, spin_us).map(|rt| rt.block_on(run(args)))
+        shoal_proto::spin::build(builder, spin_us, 0).map(|rt| rt.block_on(run(args)))
     };
     let result = if workers == 1 {
         // A single-threaded runtime polls every task on the thread that blocks on it: one of

@@ -313,6 +313,7 @@ mod tests {
                 data_memory_mb: 1,
                 threads: 0,
                 spin_us: 0,
+                await_spin_us: 0,
             }],
             sqlnode: vec![],
         }
