@@ -106,21 +106,7 @@ impl Drop for Awaiting {
 async fn await_spinner(woken: Arc<Notify>, window: Duration) {
     loop {
         woken.notified().await;
-        let mut until = Instant::now() + window;
-        let mut seen = WORK.load(Ordering::Relaxed);
-        while AWAITING.load(Ordering::Relaxed) > 0 {
-            tokio::task::yield_now().await;
-            // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
-            unsafe { libc::sched_yield() };
-            let now = Instant::now();
-            let work = WORK.load(Ordering::Relaxed);
-            if work != seen {
-                seen = work;
-                until = now + window;
-            } else if now >= until {
-                break;
-            }
-        }
+        spin_while(window, true, || AWAITING.load(Ordering::Relaxed) > 0).await;
     }
 }
 
@@ -169,18 +155,28 @@ fn arm(builder: &mut tokio::runtime::Builder, window: Duration) -> impl Future<O
 async fn spinner(woken: Arc<Notify>, window: Duration) {
     loop {
         woken.notified().await;
-        let mut until = Instant::now() + window;
-        let mut seen = WORK.load(Ordering::Relaxed);
-        loop {
-            tokio::task::yield_now().await;
-            let now = Instant::now();
-            let work = WORK.load(Ordering::Relaxed);
-            if work != seen {
-                seen = work;
-                until = now + window;
-            } else if now >= until {
-                break;
-            }
+        spin_while(window, false, || true).await;
+    }
+}
+
+/// Keeps the thread polling while `wanted()` holds, until `window` passes without a message
+/// noted ([`note_work`]); with `give_way`, it also gives the CPU away in every turn.
+async fn spin_while(window: Duration, give_way: bool, wanted: impl Fn() -> bool) {
+    let mut until = Instant::now() + window;
+    let mut seen = WORK.load(Ordering::Relaxed);
+    while wanted() {
+        tokio::task::yield_now().await;
+        if give_way {
+            // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
+            unsafe { libc::sched_yield() };
+        }
+        let now = Instant::now();
+        let work = WORK.load(Ordering::Relaxed);
+        if work != seen {
+            seen = work;
+            until = now + window;
+        } else if now >= until {
+            break;
         }
     }
 }
@@ -196,6 +192,35 @@ mod tests {
         assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut r) }, 0);
         let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
         tv(r.ru_utime) + tv(r.ru_stime)
+    }
+
+    /// While the CPUs have room, a thread holding an [`Awaiting`] guard spins (at most the
+    /// window without a message); without a guard, or with the CPUs contended, it sleeps.
+    #[test]
+    fn spins_while_awaiting_a_peer_only_when_the_cpus_have_room() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let woken = AWAIT_WOKEN.get_or_init(|| Arc::new(Notify::new())).clone();
+        rt.spawn(await_spinner(woken, Duration::from_millis(200)));
+        let cpu_over = |guard: bool| {
+            let before = thread_cpu();
+            rt.block_on(async {
+                let awaiting = guard.then(awaiting);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                drop(awaiting);
+                // The spinner notices the guard is gone, and the thread sleeps.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            });
+            thread_cpu() - before
+        };
+        UNCONTENDED.store(true, Ordering::Relaxed);
+        let spun = cpu_over(true);
+        assert!(spun >= Duration::from_millis(40), "spun only {spun:?} of 100 ms awaiting");
+        assert!(spun <= Duration::from_millis(170), "spun {spun:?}: it did not stop when the answer came");
+        let idle = cpu_over(false);
+        assert!(idle <= Duration::from_millis(30), "spun {idle:?} with nothing awaited");
+        UNCONTENDED.store(false, Ordering::Relaxed);
+        let contended = cpu_over(true);
+        assert!(contended <= Duration::from_millis(30), "spun {contended:?} with the CPUs contended");
     }
 
     /// One test for both: messages count process-wide, so two tests at once would mix.
