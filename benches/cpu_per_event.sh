@@ -42,7 +42,6 @@ window=$((SECS - 4))
 
 # cpu_of PID: "<user ticks> <system ticks>" of the process, its threads included.
 cpu_of() { awk '{print $14, $15}' "/proc/$1/stat"; }
-idle_of() { awk '/^cpu / {print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 
 # measure NAME:PID ... -- SYSBENCH_ARGS: runs sysbench, samples every named process (plus
 # sysbench itself) over the window, and prints a table row per process.

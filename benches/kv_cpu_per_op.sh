@@ -39,7 +39,6 @@ bench=$!
 procs+=("bench:$bench")
 
 cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-idle_of() { awk '/^cpu / {print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 pressure_of() { awk '/^some/ {sub("total=", "", $5); print $5}' /proc/pressure/cpu 2>/dev/null || echo 0; }
 
 sleep 1.5

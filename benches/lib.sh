@@ -77,6 +77,10 @@ shoal_sysbench_tables() {
 # between 5% and 40% within minutes, and a run's rate with it, more than most changes do.
 cpu_jiffies() { awk '/^cpu / {t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t}' /proc/stat; }
 
+# idle_of prints "<idle> <total>": the machine's idle (and I/O wait) jiffies so far and all of
+# them (/proc/stat, all CPUs), for the idle share over a window.
+idle_of() { awk '/^cpu / {print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+
 # steal_since "<steal> <total>" (from cpu_jiffies): the percentage of CPU time stolen since.
 steal_since() { echo "$1 $(cpu_jiffies)" | awk '{d = $4 - $2; printf "%.0f", (d > 0 ? 100 * ($3 - $1) / d : 0)}'; }
 

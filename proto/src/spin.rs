@@ -32,7 +32,6 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -62,8 +61,7 @@ pub fn build(
     }
     // Spinning after work already covers the time spent awaiting.
     if spin_us == 0 && await_spin_us > 0 {
-        let woken = AWAIT_WOKEN.get_or_init(|| Arc::new(Notify::new())).clone();
-        rt.spawn(await_spinner(woken, Duration::from_micros(await_spin_us.into())));
+        rt.spawn(await_spinner(Duration::from_micros(await_spin_us.into())));
         rt.spawn(watch_pressure());
     }
     Ok(rt)
@@ -71,10 +69,11 @@ pub fn build(
 
 /// Answers this process awaits from its peers (see [`awaiting`]).
 static AWAITING: AtomicUsize = AtomicUsize::new(0);
-/// Wakes the await spinner; set when the runtime has one.
-static AWAIT_WOKEN: OnceLock<Arc<Notify>> = OnceLock::new();
+/// Wakes the await spinner.
+static AWAIT_WOKEN: Notify = Notify::const_new();
 /// Whether the machine's CPUs had room over the last [`PRESSURE_PERIOD`] (see the module
-/// comment). False until measured, and where the kernel does not report pressure.
+/// comment). False until measured, and where the kernel does not report pressure; only the
+/// pressure watcher, which runs beside the await spinner, sets it.
 static UNCONTENDED: AtomicBool = AtomicBool::new(false);
 
 /// The share of time with some task waiting for a CPU above which awaiting does not spin.
@@ -90,9 +89,7 @@ pub struct Awaiting(());
 
 pub fn awaiting() -> Awaiting {
     if AWAITING.fetch_add(1, Ordering::Relaxed) == 0 && UNCONTENDED.load(Ordering::Relaxed) {
-        if let Some(w) = AWAIT_WOKEN.get() {
-            w.notify_one();
-        }
+        AWAIT_WOKEN.notify_one();
     }
     Awaiting(())
 }
@@ -103,9 +100,9 @@ impl Drop for Awaiting {
     }
 }
 
-async fn await_spinner(woken: Arc<Notify>, window: Duration) {
+async fn await_spinner(window: Duration) {
     loop {
-        woken.notified().await;
+        AWAIT_WOKEN.notified().await;
         spin_while(window, true, || AWAITING.load(Ordering::Relaxed) > 0).await;
     }
 }
@@ -199,8 +196,7 @@ mod tests {
     #[test]
     fn spins_while_awaiting_a_peer_only_when_the_cpus_have_room() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let woken = AWAIT_WOKEN.get_or_init(|| Arc::new(Notify::new())).clone();
-        rt.spawn(await_spinner(woken, Duration::from_millis(200)));
+        rt.spawn(await_spinner(Duration::from_millis(200)));
         let cpu_over = |guard: bool| {
             let before = thread_cpu();
             rt.block_on(async {
