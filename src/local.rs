@@ -100,7 +100,7 @@ impl LocalCluster {
                     data_dir: format!("datanode-{id}"),
                     data_memory_mb: 1024,
                     threads: share.max(1),
-                    spin_us: 0,
+                    spin_us: shoal_proto::config::DEFAULT_DATANODE_SPIN_US,
                     await_spin_us: shoal_proto::config::DEFAULT_AWAIT_SPIN_US,
                 });
             }

@@ -65,7 +65,10 @@ pub fn main_entry() {
         .unwrap_or((0, 0, 0));
     let workers = shoal_proto::config::worker_threads(threads);
     let builder = shoal_proto::config::runtime_builder(workers);
-    let rt = match shoal_proto::spin::build(builder, spin_us, await_spin_us) {
+    let rt = match shoal_proto::spin::build(
+        builder,
+        shoal_proto::spin::Spinning { after_work_us: spin_us, after_work_gated: true, await_us: await_spin_us },
+    ) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shoal-datanode: cannot start runtime: {e}");

@@ -13,24 +13,30 @@
 //! its way to the data nodes, their answer on its way back). On 2 cores, sysbench
 //! `oltp_read_write` at 16 threads left 12% of the machine idle without it and 7% with it (2%
 //! more transactions by the median of five alternated rounds, 0–11% per round), and one
-//! thread ran 40–55% more point selects. Data nodes do not spin after their work unless
-//! configured: on 2 cores theirs took CPU from the SQL node, and point selects at 16 threads
-//! lost more than a quarter (benchmarks.md, "Twenty-third session").
+//! thread ran 40–55% more point selects.
+//!
+//! **Data nodes after their work.** Data nodes spin after their work too, but only while the
+//! machine's CPUs have room: when tasks already wait for a CPU (Linux's pressure stall
+//! information, `/proc/pressure/cpu`, "some" above [`AFTER_WORK_SHARE`] over the last
+//! [`PRESSURE_PERIOD`]), they sleep at once, and they give the CPU away (`sched_yield`) in
+//! every turn. Spinning always, on 2 cores, took CPU from the SQL node: point selects at 16
+//! threads lost more than a quarter (benchmarks.md, "Twenty-third session"). Gated, one
+//! client's key-value writes ran 2.4 times as fast, one sysbench thread's point selects 2.3
+//! times, and point selects at 16 threads ran even (benchmarks.md, "Twenty-ninth session").
 //!
 //! **Awaiting a peer.** A data node that sent a write to its backups (or a transaction step to
 //! another node) knows an answer is coming within a round trip; sleeping meanwhile costs a
 //! wake-up on each side, and a key-value write makes four such hops. So a data node spins while
 //! it awaits a peer ([`awaiting`]), giving the CPU away (`sched_yield`) in every turn so the
-//! peer it waits for runs first when the scheduler put both on one CPU. It does so only while
-//! the machine's CPUs are not contended: when tasks already wait for a CPU (Linux's pressure
-//! stall information, `/proc/pressure/cpu`, "some" above [`CONTENDED_SHARE`] over the last
-//! [`PRESSURE_PERIOD`]), spinning takes CPU from work that is there — sysbench
+//! peer it waits for runs first when the scheduler put both on one CPU. It does so up to a
+//! higher pressure than after its work ([`CONTENDED_SHARE`]), since an answer is sure to come;
+//! above it, spinning takes CPU from work that is there — sysbench
 //! `oltp_read_write` at 16 threads lost 13–16% with data nodes spinning while they awaited
 //! their backups, and its pressure is about 50%, against 23–26% for key-value writes at 16
 //! clients, which gained 35–45% (benchmarks.md, "Twenty-eighth session").
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,22 +52,31 @@ pub fn note_work() {
     WORK.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Builds a node's runtime (all drivers enabled) that spins `spin_us` microseconds before it
-/// sleeps, and up to `await_spin_us` while it awaits a peer's answer (0: never; see the module
-/// comment).
-pub fn build(
-    mut builder: tokio::runtime::Builder,
-    spin_us: u32,
-    await_spin_us: u32,
-) -> std::io::Result<tokio::runtime::Runtime> {
-    let spinner = (spin_us > 0).then(|| arm(&mut builder, Duration::from_micros(spin_us.into())));
+/// How a node's runtime spins (see the module comment). Microseconds; 0 turns a kind off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Spinning {
+    /// Polling after each burst of work before the thread sleeps.
+    pub after_work_us: u32,
+    /// Spin after work only while the CPUs have room ([`AFTER_WORK_SHARE`]), as data nodes
+    /// do; the SQL node spins after its work always.
+    pub after_work_gated: bool,
+    /// Polling, without a message, while the process awaits a peer's answer (gated by
+    /// [`CONTENDED_SHARE`]).
+    pub await_us: u32,
+}
+
+/// Builds a node's runtime (all drivers enabled) that spins as `spin` says.
+pub fn build(mut builder: tokio::runtime::Builder, spin: Spinning) -> std::io::Result<tokio::runtime::Runtime> {
+    let us = |n: u32| Duration::from_micros(n.into());
+    let after_work = (spin.after_work_us > 0).then(|| arm(&mut builder, us(spin.after_work_us), spin.after_work_gated));
     let rt = builder.enable_all().build()?;
-    if let Some(s) = spinner {
+    if let Some(s) = after_work {
         rt.spawn(s);
     }
-    // Spinning after work already covers the time spent awaiting.
-    if spin_us == 0 && await_spin_us > 0 {
-        rt.spawn(await_spinner(Duration::from_micros(await_spin_us.into())));
+    if spin.await_us > 0 {
+        rt.spawn(await_spinner(us(spin.await_us)));
+    }
+    if spin.await_us > 0 || (spin.after_work_us > 0 && spin.after_work_gated) {
         rt.spawn(watch_pressure());
     }
     Ok(rt)
@@ -71,13 +86,26 @@ pub fn build(
 static AWAITING: AtomicUsize = AtomicUsize::new(0);
 /// Wakes the await spinner.
 static AWAIT_WOKEN: Notify = Notify::const_new();
-/// Whether the machine's CPUs had room over the last [`PRESSURE_PERIOD`] (see the module
-/// comment). False until measured, and where the kernel does not report pressure; only the
-/// pressure watcher, which runs beside the await spinner, sets it.
-static UNCONTENDED: AtomicBool = AtomicBool::new(false);
+/// The machine's CPU pressure over the last [`PRESSURE_PERIOD`], in thousandths of the time
+/// some task waited for a CPU (see the module comment). [`UNKNOWN`] until measured, and where
+/// the kernel does not report pressure; only the pressure watcher, which runs beside the
+/// gated spinners, sets it.
+static PRESSURE: AtomicU32 = AtomicU32::new(UNKNOWN);
+const UNKNOWN: u32 = u32::MAX;
 
 /// The share of time with some task waiting for a CPU above which awaiting does not spin.
 pub const CONTENDED_SHARE: f64 = 0.4;
+/// The share above which a data node does not spin after its work. Lower than for awaiting: a
+/// thread that spins after its work does not know an answer is coming, and spinning raises
+/// the pressure it reads. At 40%, sysbench point selects at 16 threads (about 35–39% without
+/// it) lost 7%; at 30% they ran even (benchmarks.md, "Twenty-ninth session").
+pub const AFTER_WORK_SHARE: f64 = 0.3;
+
+/// Whether the CPU pressure over the last period was under `share`.
+fn room_under(share: f64) -> bool {
+    let p = PRESSURE.load(Ordering::Relaxed);
+    p != UNKNOWN && f64::from(p) < share * 1000.0
+}
 /// How often the CPU pressure is read.
 pub const PRESSURE_PERIOD: Duration = Duration::from_millis(100);
 
@@ -88,7 +116,7 @@ pub const PRESSURE_PERIOD: Duration = Duration::from_millis(100);
 pub struct Awaiting(());
 
 pub fn awaiting() -> Awaiting {
-    if AWAITING.fetch_add(1, Ordering::Relaxed) == 0 && UNCONTENDED.load(Ordering::Relaxed) {
+    if AWAITING.fetch_add(1, Ordering::Relaxed) == 0 && room_under(CONTENDED_SHARE) {
         AWAIT_WOKEN.notify_one();
     }
     Awaiting(())
@@ -107,11 +135,11 @@ async fn await_spinner(window: Duration) {
     }
 }
 
-/// Reads the machine's CPU pressure every [`PRESSURE_PERIOD`] into [`UNCONTENDED`]. Ends at
-/// once, leaving awaiting without spinning, where the kernel does not report it.
+/// Reads the machine's CPU pressure every [`PRESSURE_PERIOD`] into [`PRESSURE`]. Ends at once,
+/// leaving the gated spinners idle, where the kernel does not report it.
 async fn watch_pressure() {
     let Some(mut last) = cpu_pressure_us() else {
-        tracing::debug!("no CPU pressure information (/proc/pressure/cpu): data nodes do not spin while awaiting");
+        tracing::debug!("no CPU pressure information (/proc/pressure/cpu): data nodes do not spin");
         return;
     };
     let mut at = Instant::now();
@@ -122,7 +150,7 @@ async fn watch_pressure() {
         at = Instant::now();
         let share = now.saturating_sub(last) as f64 / elapsed.max(1.0);
         last = now;
-        UNCONTENDED.store(share < CONTENDED_SHARE, Ordering::Relaxed);
+        PRESSURE.store((share * 1000.0).min(1000.0) as u32, Ordering::Relaxed);
     }
 }
 
@@ -140,19 +168,25 @@ fn parse_pressure(text: &str) -> Option<u64> {
 
 /// Arms `builder` to spin for `window` after each wake-up and after each message noted
 /// meanwhile ([`note_work`]); returns the spinner, to be spawned on the built runtime.
-fn arm(builder: &mut tokio::runtime::Builder, window: Duration) -> impl Future<Output = ()> + Send + 'static {
+/// Gated, it spins only while the CPUs have room ([`AFTER_WORK_SHARE`]), and gives the CPU
+/// away in every turn.
+fn arm(
+    builder: &mut tokio::runtime::Builder,
+    window: Duration,
+    gated: bool,
+) -> impl Future<Output = ()> + Send + 'static {
     let woken = Arc::new(Notify::new());
     let notify = woken.clone();
     // Called when the thread comes back from a real sleep, not after the spinner's own
     // non-blocking polls.
     builder.on_thread_unpark(move || notify.notify_one());
-    spinner(woken, window)
+    spinner(woken, window, gated)
 }
 
-async fn spinner(woken: Arc<Notify>, window: Duration) {
+async fn spinner(woken: Arc<Notify>, window: Duration, gated: bool) {
     loop {
         woken.notified().await;
-        spin_while(window, false, || true).await;
+        spin_while(window, gated, || !gated || room_under(AFTER_WORK_SHARE)).await;
     }
 }
 
@@ -191,10 +225,28 @@ mod tests {
         tv(r.ru_utime) + tv(r.ru_stime)
     }
 
+    /// Ten wake-ups 40 ms apart of a runtime whose spinner after work has a 20 ms window:
+    /// the CPU time the thread used.
+    fn cpu_of_ten_wake_ups(gated: bool) -> Duration {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        let spinner = arm(&mut builder, Duration::from_millis(20), gated);
+        let rt = builder.enable_all().build().unwrap();
+        rt.spawn(spinner);
+        let before = thread_cpu();
+        rt.block_on(async {
+            for _ in 0..10 {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+        });
+        thread_cpu() - before
+    }
+
     /// While the CPUs have room, a thread holding an [`Awaiting`] guard spins (at most the
-    /// window without a message); without a guard, or with the CPUs contended, it sleeps.
+    /// window without a message); without a guard, or with the CPUs contended, it sleeps. A
+    /// gated spinner after work spins only while the CPUs have room. One test for both: the
+    /// pressure they read is process-wide.
     #[test]
-    fn spins_while_awaiting_a_peer_only_when_the_cpus_have_room() {
+    fn gated_spinners_spin_only_when_the_cpus_have_room() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.spawn(await_spinner(Duration::from_millis(200)));
         let cpu_over = |guard: bool| {
@@ -208,18 +260,27 @@ mod tests {
             });
             thread_cpu() - before
         };
-        UNCONTENDED.store(true, Ordering::Relaxed);
+        PRESSURE.store(0, Ordering::Relaxed);
         let spun = cpu_over(true);
         assert!(spun >= Duration::from_millis(40), "spun only {spun:?} of 100 ms awaiting");
         assert!(spun <= Duration::from_millis(170), "spun {spun:?}: it did not stop when the answer came");
         let idle = cpu_over(false);
         assert!(idle <= Duration::from_millis(30), "spun {idle:?} with nothing awaited");
-        UNCONTENDED.store(false, Ordering::Relaxed);
+        let room = cpu_of_ten_wake_ups(true);
+        assert!(room >= Duration::from_millis(50), "gated, spun only {room:?} after work with the CPUs free");
+
+        PRESSURE.store((AFTER_WORK_SHARE * 1000.0) as u32 + 1, Ordering::Relaxed);
+        let after_work = cpu_of_ten_wake_ups(true);
+        assert!(after_work <= Duration::from_millis(30), "gated, spun {after_work:?} after work with the CPUs busy");
+        assert!(cpu_over(true) >= Duration::from_millis(40), "awaiting spins up to its own, higher limit");
+
+        PRESSURE.store(1000, Ordering::Relaxed);
         let contended = cpu_over(true);
         assert!(contended <= Duration::from_millis(30), "spun {contended:?} with the CPUs contended");
+        PRESSURE.store(UNKNOWN, Ordering::Relaxed);
+        assert!(cpu_over(true) <= Duration::from_millis(30), "spun with the pressure unknown");
     }
 
-    /// One test for both: messages count process-wide, so two tests at once would mix.
     #[test]
     fn reads_the_some_total_of_cpu_pressure() {
         let text = "some avg10=13.67 avg60=27.20 avg300=15.55 total=175904149\n\
@@ -229,25 +290,19 @@ mod tests {
         assert_eq!(parse_pressure("some avg10=0.00 total=x\n"), None);
     }
 
+    /// One test for both: messages count process-wide, so two tests at once would mix.
     #[test]
     fn spins_after_wake_ups_and_messages_then_sleeps() {
-        let mut builder = tokio::runtime::Builder::new_current_thread();
-        let spinner = arm(&mut builder, Duration::from_millis(20));
-        let rt = builder.enable_all().build().unwrap();
-        rt.spawn(spinner);
-
-        // Ten wake-ups 40 ms apart: each is followed by 20 ms of spinning, then sleep.
-        let before = thread_cpu();
-        rt.block_on(async {
-            for _ in 0..10 {
-                tokio::time::sleep(Duration::from_millis(40)).await;
-            }
-        });
-        let used = thread_cpu() - before;
-        // About 200 ms spinning of 400 ms; a spinner that never stopped would use all 400.
+        // Each wake-up is followed by 20 ms of spinning, then sleep: about 200 ms spinning of
+        // 400 ms; a spinner that never stopped would use all 400.
+        let used = cpu_of_ten_wake_ups(false);
         assert!(used >= Duration::from_millis(50), "spun only {used:?}");
         assert!(used <= Duration::from_millis(330), "spun {used:?}: it did not stop");
 
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        let spinner = arm(&mut builder, Duration::from_millis(20), false);
+        let rt = builder.enable_all().build().unwrap();
+        rt.spawn(spinner);
         // A message noted every 10 ms from another thread keeps the window open.
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let noter = {

@@ -58,7 +58,8 @@ pub fn main_entry() {
     let serve = move || {
         let mut builder = shoal_proto::config::runtime_builder(workers);
         builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES);
-        shoal_proto::spin::build(builder, spin_us, 0).map(|rt| rt.block_on(run(args)))
+        shoal_proto::spin::build(builder, shoal_proto::spin::Spinning { after_work_us: spin_us, ..Default::default() })
+            .map(|rt| rt.block_on(run(args)))
     };
     let result = if workers == 1 {
         // A single-threaded runtime polls every task on the thread that blocks on it: one of
