@@ -18,8 +18,8 @@
 //! **Data nodes after their work.** Data nodes spin after their work too, but only while the
 //! machine's CPUs have room: when tasks already wait for a CPU (Linux's pressure stall
 //! information, `/proc/pressure/cpu`, "some" above [`AFTER_WORK_SHARE`] over the last
-//! [`PRESSURE_PERIOD`]), they sleep at once, and they give the CPU away (`sched_yield`) in
-//! every turn. Spinning always, on 2 cores, took CPU from the SQL node: point selects at 16
+//! [`PRESSURE_PERIOD`]), they sleep at once, and they give the CPU away (`sched_yield`)
+//! every few turns. Spinning always, on 2 cores, took CPU from the SQL node: point selects at 16
 //! threads lost more than a quarter (benchmarks.md, "Twenty-third session"). Gated, one
 //! client's key-value writes ran 2.4 times as fast, one sysbench thread's point selects 2.3
 //! times, and point selects at 16 threads ran even (benchmarks.md, "Twenty-ninth session").
@@ -27,7 +27,7 @@
 //! **Awaiting a peer.** A data node that sent a write to its backups (or a transaction step to
 //! another node) knows an answer is coming within a round trip; sleeping meanwhile costs a
 //! wake-up on each side, and a key-value write makes four such hops. So a data node spins while
-//! it awaits a peer ([`awaiting`]), giving the CPU away (`sched_yield`) in every turn so the
+//! it awaits a peer ([`awaiting`]), giving the CPU away (`sched_yield`) every few turns so the
 //! peer it waits for runs first when the scheduler put both on one CPU. It does so up to a
 //! higher pressure than after its work ([`CONTENDED_SHARE`]), since an answer is sure to come;
 //! above it, spinning takes CPU from work that is there — sysbench
@@ -168,8 +168,15 @@ fn parse_pressure(text: &str) -> Option<u64> {
 
 /// Arms `builder` to spin for `window` after each wake-up and after each message noted
 /// meanwhile ([`note_work`]); returns the spinner, to be spawned on the built runtime.
+/// Turns of a giving-way spin per `sched_yield`. The call enters the scheduler (about a fifth
+/// of a data node's time under key-value writes at 16 clients when made in every turn), and a
+/// peer the scheduler placed on the spinning thread's CPU still runs within a few turns: every
+/// fourth turn gave 6–19% more key-value writes at 1 and 16 clients than every turn, every
+/// sixteenth fewer at 1 and 64 (benchmarks.md, "Twenty-ninth session").
+const YIELD_EVERY: u32 = 4;
+
 /// Gated, it spins only while the CPUs have room ([`AFTER_WORK_SHARE`]), and gives the CPU
-/// away in every turn.
+/// away now and then ([`YIELD_EVERY`]).
 fn arm(
     builder: &mut tokio::runtime::Builder,
     window: Duration,
@@ -191,13 +198,16 @@ async fn spinner(woken: Arc<Notify>, window: Duration, gated: bool) {
 }
 
 /// Keeps the thread polling while `wanted()` holds, until `window` passes without a message
-/// noted ([`note_work`]); with `give_way`, it also gives the CPU away in every turn.
+/// noted ([`note_work`]); with `give_way`, it also gives the CPU away every [`YIELD_EVERY`]
+/// turns.
 async fn spin_while(window: Duration, give_way: bool, wanted: impl Fn() -> bool) {
     let mut until = Instant::now() + window;
     let mut seen = WORK.load(Ordering::Relaxed);
+    let mut turn = 0u32;
     while wanted() {
         tokio::task::yield_now().await;
-        if give_way {
+        turn = turn.wrapping_add(1);
+        if give_way && turn.is_multiple_of(YIELD_EVERY) {
             // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
             unsafe { libc::sched_yield() };
         }
