@@ -100,14 +100,14 @@ pub const CONTENDED_SHARE: f64 = 0.4;
 /// the pressure it reads. At 40%, sysbench point selects at 16 threads (about 35–39% without
 /// it) lost 7%; at 30% they ran even (benchmarks.md, "Twenty-ninth session").
 pub const AFTER_WORK_SHARE: f64 = 0.3;
+/// How often the CPU pressure is read.
+pub const PRESSURE_PERIOD: Duration = Duration::from_millis(100);
 
 /// Whether the CPU pressure over the last period was under `share`.
 fn room_under(share: f64) -> bool {
     let p = PRESSURE.load(Ordering::Relaxed);
     p != UNKNOWN && f64::from(p) < share * 1000.0
 }
-/// How often the CPU pressure is read.
-pub const PRESSURE_PERIOD: Duration = Duration::from_millis(100);
 
 /// Held while this process awaits an answer from a peer: the await spinner, if the runtime has
 /// one, keeps the thread polling until every such answer is in, or its window passes without a
@@ -166,8 +166,6 @@ fn parse_pressure(text: &str) -> Option<u64> {
     some.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
 }
 
-/// Arms `builder` to spin for `window` after each wake-up and after each message noted
-/// meanwhile ([`note_work`]); returns the spinner, to be spawned on the built runtime.
 /// Turns of a giving-way spin per `sched_yield`. The call enters the scheduler (about a fifth
 /// of a data node's time under key-value writes at 16 clients when made in every turn), and a
 /// peer the scheduler placed on the spinning thread's CPU still runs within a few turns: every
@@ -175,6 +173,8 @@ fn parse_pressure(text: &str) -> Option<u64> {
 /// sixteenth fewer at 1 and 64 (benchmarks.md, "Twenty-ninth session").
 const YIELD_EVERY: u32 = 4;
 
+/// Arms `builder` to spin for `window` after each wake-up and after each message noted
+/// meanwhile ([`note_work`]); returns the spinner, to be spawned on the built runtime.
 /// Gated, it spins only while the CPUs have room ([`AFTER_WORK_SHARE`]), and gives the CPU
 /// away now and then ([`YIELD_EVERY`]).
 fn arm(
