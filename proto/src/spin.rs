@@ -69,6 +69,7 @@ pub struct Spinning {
 pub fn build(mut builder: tokio::runtime::Builder, spin: Spinning) -> std::io::Result<tokio::runtime::Runtime> {
     let us = |n: u32| Duration::from_micros(n.into());
     let after_work = (spin.after_work_us > 0).then(|| arm(&mut builder, us(spin.after_work_us), spin.after_work_gated));
+    let reads_pressure = spin.await_us > 0 || (after_work.is_some() && spin.after_work_gated);
     let rt = builder.enable_all().build()?;
     if let Some(s) = after_work {
         rt.spawn(s);
@@ -76,7 +77,7 @@ pub fn build(mut builder: tokio::runtime::Builder, spin: Spinning) -> std::io::R
     if spin.await_us > 0 {
         rt.spawn(await_spinner(us(spin.await_us)));
     }
-    if spin.await_us > 0 || (spin.after_work_us > 0 && spin.after_work_gated) {
+    if reads_pressure {
         rt.spawn(watch_pressure());
     }
     Ok(rt)
