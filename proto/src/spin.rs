@@ -67,17 +67,12 @@ pub struct Spinning {
 
 /// Builds a node's runtime (all drivers enabled) that spins as `spin` says.
 pub fn build(mut builder: tokio::runtime::Builder, spin: Spinning) -> std::io::Result<tokio::runtime::Runtime> {
-    let us = |n: u32| Duration::from_micros(n.into());
-    let after_work = (spin.after_work_us > 0).then(|| arm(&mut builder, us(spin.after_work_us), spin.after_work_gated));
-    let reads_pressure = spin.await_us > 0 || (after_work.is_some() && spin.after_work_gated);
+    let spinner = arm(&mut builder, spin);
     let rt = builder.enable_all().build()?;
-    if let Some(s) = after_work {
+    if let Some(s) = spinner {
         rt.spawn(s);
     }
-    if spin.await_us > 0 {
-        rt.spawn(await_spinner(us(spin.await_us)));
-    }
-    if reads_pressure {
+    if spin.await_us > 0 || (spin.after_work_us > 0 && spin.after_work_gated) {
         rt.spawn(watch_pressure());
     }
     Ok(rt)
@@ -129,13 +124,6 @@ impl Drop for Awaiting {
     }
 }
 
-async fn await_spinner(window: Duration) {
-    loop {
-        AWAIT_WOKEN.notified().await;
-        spin_while(window, true, || AWAITING.load(Ordering::Relaxed) > 0).await;
-    }
-}
-
 /// Reads the machine's CPU pressure every [`PRESSURE_PERIOD`] into [`PRESSURE`]. Ends at once,
 /// leaving the gated spinners idle, where the kernel does not report it.
 async fn watch_pressure() {
@@ -174,38 +162,58 @@ fn parse_pressure(text: &str) -> Option<u64> {
 /// sixteenth fewer at 1 and 64 (benchmarks.md, "Twenty-ninth session").
 const YIELD_EVERY: u32 = 4;
 
-/// Arms `builder` to spin for `window` after each wake-up and after each message noted
-/// meanwhile ([`note_work`]); returns the spinner, to be spawned on the built runtime.
-/// Gated, it spins only while the CPUs have room ([`AFTER_WORK_SHARE`]), and gives the CPU
-/// away now and then ([`YIELD_EVERY`]).
-fn arm(
-    builder: &mut tokio::runtime::Builder,
-    window: Duration,
-    gated: bool,
-) -> impl Future<Output = ()> + Send + 'static {
+/// Arms `builder` to spin as `spin` says; returns the spinner, to be spawned on the built
+/// runtime, or `None` if it does not spin at all. One spinner serves both kinds of spinning, so
+/// that a thread that has just worked while it awaits a peer polls its sockets once per turn,
+/// not once for each reason.
+fn arm(builder: &mut tokio::runtime::Builder, spin: Spinning) -> Option<impl Future<Output = ()> + Send + 'static> {
+    if spin.after_work_us == 0 && spin.await_us == 0 {
+        return None;
+    }
     let woken = Arc::new(Notify::new());
-    let notify = woken.clone();
-    // Called when the thread comes back from a real sleep, not after the spinner's own
-    // non-blocking polls.
-    builder.on_thread_unpark(move || notify.notify_one());
-    spinner(woken, window, gated)
+    if spin.after_work_us > 0 {
+        let notify = woken.clone();
+        // Called when the thread comes back from a real sleep, not after the spinner's own
+        // non-blocking polls.
+        builder.on_thread_unpark(move || notify.notify_one());
+    }
+    Some(spinner(woken, spin))
 }
 
-async fn spinner(woken: Arc<Notify>, window: Duration, gated: bool) {
+async fn spinner(woken: Arc<Notify>, spin: Spinning) {
+    // Data nodes give the CPU away now and then; the SQL node, which spins only after its
+    // work and ungated, does not.
+    let give_way = spin.after_work_gated || spin.await_us > 0;
     loop {
-        woken.notified().await;
-        spin_while(window, gated, || !gated || room_under(AFTER_WORK_SHARE)).await;
+        tokio::select! {
+            () = woken.notified() => {}
+            () = AWAIT_WOKEN.notified(), if spin.await_us > 0 => {}
+        }
+        spin_while(give_way, || window_now(spin)).await;
     }
 }
 
-/// Keeps the thread polling while `wanted()` holds, until `window` passes without a message
-/// noted ([`note_work`]); with `give_way`, it also gives the CPU away every [`YIELD_EVERY`]
-/// turns.
-async fn spin_while(window: Duration, give_way: bool, wanted: impl Fn() -> bool) {
-    let mut until = Instant::now() + window;
+/// How long the thread should now keep polling without a message, or `None` if it should
+/// sleep: the await window while it awaits a peer and the CPUs have room
+/// ([`CONTENDED_SHARE`]), else the after-work window (when gated, only while the CPUs have
+/// room by the lower [`AFTER_WORK_SHARE`]).
+fn window_now(spin: Spinning) -> Option<Duration> {
+    let us = |n: u32| Duration::from_micros(n.into());
+    if spin.await_us > 0 && AWAITING.load(Ordering::Relaxed) > 0 && room_under(CONTENDED_SHARE) {
+        return Some(us(spin.await_us));
+    }
+    let after_work = spin.after_work_us > 0 && (!spin.after_work_gated || room_under(AFTER_WORK_SHARE));
+    after_work.then(|| us(spin.after_work_us))
+}
+
+/// Keeps the thread polling while `window()` gives a window and less than that has passed
+/// since the last message noted ([`note_work`]) or the start; with `give_way`, it also gives
+/// the CPU away every [`YIELD_EVERY`] turns.
+async fn spin_while(give_way: bool, window: impl Fn() -> Option<Duration>) {
+    let mut since = Instant::now();
     let mut seen = WORK.load(Ordering::Relaxed);
     let mut turn = 0u32;
-    while wanted() {
+    while let Some(window) = window() {
         tokio::task::yield_now().await;
         turn = turn.wrapping_add(1);
         if give_way && turn.is_multiple_of(YIELD_EVERY) {
@@ -216,8 +224,8 @@ async fn spin_while(window: Duration, give_way: bool, wanted: impl Fn() -> bool)
         let work = WORK.load(Ordering::Relaxed);
         if work != seen {
             seen = work;
-            until = now + window;
-        } else if now >= until {
+            since = now;
+        } else if now.duration_since(since) >= window {
             break;
         }
     }
@@ -236,18 +244,40 @@ mod tests {
         tv(r.ru_utime) + tv(r.ru_stime)
     }
 
+    /// A single-threaded runtime with the spinner `spin` asks for, but no pressure watcher:
+    /// the tests set the pressure themselves.
+    fn spinning_runtime(spin: Spinning) -> tokio::runtime::Runtime {
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        let spinner = arm(&mut builder, spin).expect("a window is set");
+        let rt = builder.enable_all().build().unwrap();
+        rt.spawn(spinner);
+        rt
+    }
+
     /// Ten wake-ups 40 ms apart of a runtime whose spinner after work has a 20 ms window:
     /// the CPU time the thread used.
     fn cpu_of_ten_wake_ups(gated: bool) -> Duration {
-        let mut builder = tokio::runtime::Builder::new_current_thread();
-        let spinner = arm(&mut builder, Duration::from_millis(20), gated);
-        let rt = builder.enable_all().build().unwrap();
-        rt.spawn(spinner);
+        let after_work = Spinning { after_work_us: 20_000, after_work_gated: gated, await_us: 0 };
+        let rt = spinning_runtime(after_work);
         let before = thread_cpu();
         rt.block_on(async {
             for _ in 0..10 {
                 tokio::time::sleep(Duration::from_millis(40)).await;
             }
+        });
+        thread_cpu() - before
+    }
+
+    /// The CPU time `rt`'s thread uses over 100 ms with (`guard`) or without an [`Awaiting`]
+    /// guard held, and 100 ms after.
+    fn cpu_of_awaiting(rt: &tokio::runtime::Runtime, guard: bool) -> Duration {
+        let before = thread_cpu();
+        rt.block_on(async {
+            let awaiting = guard.then(awaiting);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drop(awaiting);
+            // The spinner notices the guard is gone, and the thread sleeps.
+            tokio::time::sleep(Duration::from_millis(100)).await;
         });
         thread_cpu() - before
     }
@@ -258,19 +288,8 @@ mod tests {
     /// pressure they read is process-wide.
     #[test]
     fn gated_spinners_spin_only_when_the_cpus_have_room() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.spawn(await_spinner(Duration::from_millis(200)));
-        let cpu_over = |guard: bool| {
-            let before = thread_cpu();
-            rt.block_on(async {
-                let awaiting = guard.then(awaiting);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                drop(awaiting);
-                // The spinner notices the guard is gone, and the thread sleeps.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            });
-            thread_cpu() - before
-        };
+        let rt = spinning_runtime(Spinning { await_us: 200_000, ..Default::default() });
+        let cpu_over = |guard: bool| cpu_of_awaiting(&rt, guard);
         PRESSURE.store(0, Ordering::Relaxed);
         let spun = cpu_over(true);
         assert!(spun >= Duration::from_millis(40), "spun only {spun:?} of 100 ms awaiting");
@@ -290,6 +309,18 @@ mod tests {
         assert!(contended <= Duration::from_millis(30), "spun {contended:?} with the CPUs contended");
         PRESSURE.store(UNKNOWN, Ordering::Relaxed);
         assert!(cpu_over(true) <= Duration::from_millis(30), "spun with the pressure unknown");
+        // Only one runtime may listen for awaits at a time: the guard wakes one spinner.
+        drop(rt);
+
+        // A data node's runtime, with both windows, between the two limits: it spins while it
+        // awaits a peer, not after its work alone.
+        let both = spinning_runtime(Spinning { after_work_us: 20_000, after_work_gated: true, await_us: 200_000 });
+        PRESSURE.store(((AFTER_WORK_SHARE + CONTENDED_SHARE) * 500.0) as u32, Ordering::Relaxed);
+        let spun = cpu_of_awaiting(&both, true);
+        assert!(spun >= Duration::from_millis(40), "both windows: spun only {spun:?} of 100 ms awaiting");
+        let idle = cpu_of_awaiting(&both, false);
+        assert!(idle <= Duration::from_millis(30), "both windows: spun {idle:?} after work over its limit");
+        PRESSURE.store(UNKNOWN, Ordering::Relaxed);
     }
 
     #[test]
@@ -310,10 +341,7 @@ mod tests {
         assert!(used >= Duration::from_millis(50), "spun only {used:?}");
         assert!(used <= Duration::from_millis(330), "spun {used:?}: it did not stop");
 
-        let mut builder = tokio::runtime::Builder::new_current_thread();
-        let spinner = arm(&mut builder, Duration::from_millis(20), false);
-        let rt = builder.enable_all().build().unwrap();
-        rt.spawn(spinner);
+        let rt = spinning_runtime(Spinning { after_work_us: 20_000, ..Default::default() });
         // A message noted every 10 ms from another thread keeps the window open.
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let noter = {
