@@ -152,7 +152,8 @@ pub struct DataNodeConfig {
     #[serde(default)]
     pub threads: u32,
     /// Microseconds the node keeps polling its sockets after its last work before it sleeps,
-    /// while the machine's CPUs are not contended (0: never); see `crate::spin`.
+    /// where that brings it more work or the machine's CPUs are not contended (0: never); see
+    /// `crate::spin`.
     #[serde(default = "default_datanode_spin_us")]
     pub spin_us: u32,
     /// Microseconds the node keeps polling its sockets, without a message, while it awaits a

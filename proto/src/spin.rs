@@ -15,14 +15,17 @@
 //! more transactions by the median of five alternated rounds, 0–11% per round), and one
 //! thread ran 40–55% more point selects.
 //!
-//! **Data nodes after their work.** Data nodes spin after their work too, but only while the
-//! machine's CPUs have room: when tasks already wait for a CPU (Linux's pressure stall
-//! information, `/proc/pressure/cpu`, "some" above [`AFTER_WORK_SHARE`] over the last
-//! [`PRESSURE_PERIOD`]), they sleep at once, and they give the CPU away (`sched_yield`)
-//! every few turns. Spinning always, on 2 cores, took CPU from the SQL node: point selects at 16
-//! threads lost more than a quarter (benchmarks.md, "Twenty-third session"). Gated, one
-//! client's key-value writes ran 2.4 times as fast, one sysbench thread's point selects 2.3
-//! times, and point selects at 16 threads ran even (benchmarks.md, "Twenty-ninth session").
+//! **Data nodes after their work.** Data nodes spin after their work too, but only where it
+//! pays ([`steer`]): each cycle of [`CYCLE_SLOTS`] starts with a probe that turns spinning on
+//! and off in turns and keeps it the way that brought the node more work; where the probe
+//! cannot tell, they spin while Linux's CPU pressure (`/proc/pressure/cpu`, "some") stayed
+//! under [`AFTER_WORK_SHARE`] over the last [`PRESSURE_PERIOD`]. They give the CPU away
+//! (`sched_yield`) every few turns. Spinning always, on 2 cores, took CPU from the SQL node:
+//! point selects at 16 threads lost more than a quarter (benchmarks.md, "Twenty-third
+//! session"). Gated by the pressure, one client's key-value writes ran 2.4 times as fast (and
+//! one sysbench thread's point selects 2.3 times) with point selects at 16 threads even
+//! (benchmarks.md, "Twenty-ninth session"); with the probe, key-value writes at 16 clients
+//! ran 12–28% faster again, sysbench even (benchmarks.md, "Thirtieth session").
 //!
 //! **Awaiting a peer.** A data node that sent a write to its backups (or a transaction step to
 //! another node) knows an answer is coming within a round trip; sleeping meanwhile costs a
@@ -36,7 +39,7 @@
 //! clients, which gained 35–45% (benchmarks.md, "Twenty-eighth session").
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,8 +60,8 @@ pub fn note_work() {
 pub struct Spinning {
     /// Polling after each burst of work before the thread sleeps.
     pub after_work_us: u32,
-    /// Spin after work only while the CPUs have room ([`AFTER_WORK_SHARE`]), as data nodes
-    /// do; the SQL node spins after its work always.
+    /// Spin after work only where it pays ([`steer`]), as data nodes do; the SQL node spins
+    /// after its work always.
     pub after_work_gated: bool,
     /// Polling, without a message, while the process awaits a peer's answer (gated by
     /// [`CONTENDED_SHARE`]).
@@ -72,8 +75,9 @@ pub fn build(mut builder: tokio::runtime::Builder, spin: Spinning) -> std::io::R
     if let Some(s) = spinner {
         rt.spawn(s);
     }
-    if spin.await_us > 0 || (spin.after_work_us > 0 && spin.after_work_gated) {
-        rt.spawn(watch_pressure());
+    let probe = spin.after_work_us > 0 && spin.after_work_gated;
+    if spin.await_us > 0 || probe {
+        rt.spawn(steer(probe));
     }
     Ok(rt)
 }
@@ -124,22 +128,117 @@ impl Drop for Awaiting {
     }
 }
 
-/// Reads the machine's CPU pressure every [`PRESSURE_PERIOD`] into [`PRESSURE`]. Ends at once,
-/// leaving the gated spinners idle, where the kernel does not report it.
-async fn watch_pressure() {
+/// Whether a gated spinner spins after its work in the current slot; set by [`steer`].
+static AFTER_WORK_ON: AtomicBool = AtomicBool::new(false);
+
+/// Slots at the start of each cycle that probe whether spinning after work helps: it is on in
+/// the even ones and off in the odd ones, whatever the pressure.
+const PROBE_SLOTS: u64 = 4;
+/// Slots per cycle: the probe, then its verdict for the rest of the cycle. A longer cycle
+/// spends less time in the probe's losing half, and follows a change of load later.
+const CYCLE_SLOTS: u64 = 40;
+/// How much more (or less) work the probe's spinning half must see for a verdict.
+const DECISIVE: f64 = 0.03;
+/// Messages below which a probe half says nothing: too little work to tell.
+const PROBE_MIN_WORK: f64 = 500.0;
+
+/// What a probe found spinning after work does to this process's rate of work (messages
+/// received, [`note_work`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Helps,
+    Hurts,
+    Unclear,
+}
+
+/// The verdict from the messages received in the probe's spinning and sleeping halves.
+fn verdict(spinning: f64, sleeping: f64) -> Verdict {
+    if spinning.max(sleeping) < PROBE_MIN_WORK {
+        Verdict::Unclear
+    } else if spinning > sleeping * (1.0 + DECISIVE) {
+        Verdict::Helps
+    } else if spinning < sleeping * (1.0 - DECISIVE) {
+        Verdict::Hurts
+    } else {
+        Verdict::Unclear
+    }
+}
+
+/// Whether to spin after work in slot `slot` of a cycle, given the cycle's verdict so far and
+/// whether the pressure is under [`AFTER_WORK_SHARE`]. A probe runs only where the pressure
+/// left room for awaiting ([`CONTENDED_SHARE`]) when its cycle began.
+fn after_work_on(slot: u64, probing: bool, verdict: Verdict, room: bool) -> bool {
+    if probing && slot < PROBE_SLOTS {
+        return slot.is_multiple_of(2);
+    }
+    match verdict {
+        Verdict::Helps => true,
+        Verdict::Hurts => false,
+        Verdict::Unclear => room,
+    }
+}
+
+/// The current slot of [`PRESSURE_PERIOD`] by the wall clock, and the time to its end. By the
+/// wall clock, so that the data nodes of a machine (or of NTP-synchronised machines) probe in
+/// step: a write crosses both replicas, and one node's spinning shows in the other's rate.
+fn wall_slot() -> (u64, Duration) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let period = PRESSURE_PERIOD.as_nanos();
+    let slot = now.as_nanos() / period;
+    let left = period - now.as_nanos() % period;
+    (slot as u64, Duration::from_nanos(left as u64))
+}
+
+/// Reads the machine's CPU pressure every [`PRESSURE_PERIOD`] into [`PRESSURE`], and with
+/// `probe`, decides for each slot whether gated spinners spin after work ([`AFTER_WORK_ON`]).
+/// Ends at once, leaving the gated spinners idle, where the kernel does not report pressure.
+///
+/// Why probe: the pressure alone misleads. Without spinning, key-value writes at 16 clients
+/// ran at 31–35% pressure with a fifth of the machine idle (wake-ups of sleeping threads count
+/// as waiting for a CPU), with spinning at 27–29% and 15% faster; a limit of 30% holds either
+/// state once in it. So each cycle starts with a probe that turns spinning on and off in
+/// turns, compares the work the process got in either half, and keeps what brought more.
+async fn steer(probe: bool) {
     let Some(mut last) = cpu_pressure_us() else {
         tracing::debug!("no CPU pressure information (/proc/pressure/cpu): data nodes do not spin");
         return;
     };
     let mut at = Instant::now();
+    let mut seen = WORK.load(Ordering::Relaxed);
+    let (mut verdict, mut probing) = (Verdict::Unclear, false);
+    let (mut spinning, mut sleeping) = (0.0, 0.0);
+    let (mut slot, mut left) = wall_slot();
     loop {
-        tokio::time::sleep(PRESSURE_PERIOD).await;
-        let Some(now) = cpu_pressure_us() else { return };
-        let elapsed = at.elapsed().as_micros() as f64;
+        tokio::time::sleep(left).await;
+        let Some(now) = cpu_pressure_us() else {
+            AFTER_WORK_ON.store(false, Ordering::Relaxed);
+            return;
+        };
+        let elapsed = at.elapsed();
         at = Instant::now();
-        let share = now.saturating_sub(last) as f64 / elapsed.max(1.0);
+        let share = now.saturating_sub(last) as f64 / (elapsed.as_micros() as f64).max(1.0);
         last = now;
         PRESSURE.store((share * 1000.0).min(1000.0) as u32, Ordering::Relaxed);
+        let work = WORK.load(Ordering::Relaxed);
+        // Per period, in case the timer woke late.
+        let got = work.wrapping_sub(seen) as f64 * PRESSURE_PERIOD.as_secs_f64() / elapsed.as_secs_f64().max(1e-3);
+        seen = work;
+        let ended = slot % CYCLE_SLOTS;
+        if probing && ended < PROBE_SLOTS {
+            *(if ended.is_multiple_of(2) { &mut spinning } else { &mut sleeping }) += got;
+            if ended == PROBE_SLOTS - 1 {
+                verdict = self::verdict(spinning, sleeping);
+                (spinning, sleeping) = (0.0, 0.0);
+            }
+        }
+        (slot, left) = wall_slot();
+        let next = slot % CYCLE_SLOTS;
+        if next == 0 {
+            probing = probe && room_under(CONTENDED_SHARE);
+            verdict = Verdict::Unclear;
+        }
+        let on = probe && after_work_on(next, probing, verdict, room_under(AFTER_WORK_SHARE));
+        AFTER_WORK_ON.store(on, Ordering::Relaxed);
     }
 }
 
@@ -202,7 +301,7 @@ fn window_now(spin: Spinning) -> Option<Duration> {
     if spin.await_us > 0 && AWAITING.load(Ordering::Relaxed) > 0 && room_under(CONTENDED_SHARE) {
         return Some(us(spin.await_us));
     }
-    let after_work = spin.after_work_us > 0 && (!spin.after_work_gated || room_under(AFTER_WORK_SHARE));
+    let after_work = spin.after_work_us > 0 && (!spin.after_work_gated || AFTER_WORK_ON.load(Ordering::Relaxed));
     after_work.then(|| us(spin.after_work_us))
 }
 
@@ -284,13 +383,14 @@ mod tests {
 
     /// While the CPUs have room, a thread holding an [`Awaiting`] guard spins (at most the
     /// window without a message); without a guard, or with the CPUs contended, it sleeps. A
-    /// gated spinner after work spins only while the CPUs have room. One test for both: the
-    /// pressure they read is process-wide.
+    /// gated spinner after work spins only while [`steer`] turned it on. One test for both:
+    /// what they read is process-wide.
     #[test]
     fn gated_spinners_spin_only_when_the_cpus_have_room() {
         let rt = spinning_runtime(Spinning { await_us: 200_000, ..Default::default() });
         let cpu_over = |guard: bool| cpu_of_awaiting(&rt, guard);
         PRESSURE.store(0, Ordering::Relaxed);
+        AFTER_WORK_ON.store(true, Ordering::Relaxed);
         let spun = cpu_over(true);
         assert!(spun >= Duration::from_millis(40), "spun only {spun:?} of 100 ms awaiting");
         assert!(spun <= Duration::from_millis(170), "spun {spun:?}: it did not stop when the answer came");
@@ -299,9 +399,10 @@ mod tests {
         let room = cpu_of_ten_wake_ups(true);
         assert!(room >= Duration::from_millis(50), "gated, spun only {room:?} after work with the CPUs free");
 
+        AFTER_WORK_ON.store(false, Ordering::Relaxed);
         PRESSURE.store((AFTER_WORK_SHARE * 1000.0) as u32 + 1, Ordering::Relaxed);
         let after_work = cpu_of_ten_wake_ups(true);
-        assert!(after_work <= Duration::from_millis(30), "gated, spun {after_work:?} after work with the CPUs busy");
+        assert!(after_work <= Duration::from_millis(30), "gated, spun {after_work:?} after work turned off");
         assert!(cpu_over(true) >= Duration::from_millis(40), "awaiting spins up to its own, higher limit");
 
         PRESSURE.store(1000, Ordering::Relaxed);
@@ -312,8 +413,8 @@ mod tests {
         // Only one runtime may listen for awaits at a time: the guard wakes one spinner.
         drop(rt);
 
-        // A data node's runtime, with both windows, between the two limits: it spins while it
-        // awaits a peer, not after its work alone.
+        // A data node's runtime, with both windows, between the two limits and after work
+        // turned off: it spins while it awaits a peer, not after its work alone.
         let both = spinning_runtime(Spinning { after_work_us: 20_000, after_work_gated: true, await_us: 200_000 });
         PRESSURE.store(((AFTER_WORK_SHARE + CONTENDED_SHARE) * 500.0) as u32, Ordering::Relaxed);
         let spun = cpu_of_awaiting(&both, true);
@@ -321,6 +422,25 @@ mod tests {
         let idle = cpu_of_awaiting(&both, false);
         assert!(idle <= Duration::from_millis(30), "both windows: spun {idle:?} after work over its limit");
         PRESSURE.store(UNKNOWN, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn a_probe_keeps_spinning_after_work_where_it_brought_more_work() {
+        assert_eq!(verdict(10_000.0, 9_000.0), Verdict::Helps);
+        assert_eq!(verdict(9_000.0, 10_000.0), Verdict::Hurts);
+        assert_eq!(verdict(10_100.0, 10_000.0), Verdict::Unclear, "within the noise");
+        assert_eq!(verdict(400.0, 100.0), Verdict::Unclear, "too little work to tell");
+        // The probe turns spinning on and off in turns, whatever it found and the pressure.
+        let probe: Vec<bool> = (0..PROBE_SLOTS).map(|s| after_work_on(s, true, Verdict::Hurts, false)).collect();
+        assert_eq!(probe, [true, false, true, false]);
+        // After it, its verdict holds; without one, the pressure decides.
+        for room in [false, true] {
+            assert!(after_work_on(PROBE_SLOTS, true, Verdict::Helps, room));
+            assert!(!after_work_on(PROBE_SLOTS, true, Verdict::Hurts, room));
+            assert_eq!(after_work_on(PROBE_SLOTS, true, Verdict::Unclear, room), room);
+            // A cycle that began too contended to probe.
+            assert_eq!(after_work_on(0, false, Verdict::Unclear, room), room);
+        }
     }
 
     #[test]
