@@ -228,6 +228,7 @@ async fn steer(probe: bool) {
             *(if ended.is_multiple_of(2) { &mut spinning } else { &mut sleeping }) += got;
             if ended == PROBE_SLOTS - 1 {
                 verdict = self::verdict(spinning, sleeping);
+                tracing::debug!(spinning, sleeping, ?verdict, "probe of spinning after work");
                 (spinning, sleeping) = (0.0, 0.0);
             }
         }
