@@ -280,7 +280,7 @@ impl Service {
     /// when `inline` says so, otherwise in its own task (at most `STREAM_INFLIGHT` at once);
     /// answers go back as they are ready. The stream ends when the caller closes it, it
     /// breaks, or the node stops.
-    fn serve_calls<C: Send + 'static, A: Send + 'static>(
+    fn serve_calls<C: prost::Message + 'static, A: Send + 'static>(
         &self,
         mut calls: tonic::Streaming<C>,
         inline: fn(&Node, &C) -> bool,
@@ -293,6 +293,7 @@ impl Service {
             let slots = Arc::new(tokio::sync::Semaphore::new(STREAM_INFLIGHT));
             while let Some(call) = next_call(&mut calls, &mut stop).await {
                 shoal_proto::spin::note_work();
+                shoal_proto::spin::note_load(call.encoded_len());
                 if inline(&node, &call) {
                     if tx.send(Ok(answer(node.clone(), call).await)).await.is_err() {
                         return;

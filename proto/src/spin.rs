@@ -55,6 +55,17 @@ pub fn note_work() {
     WORK.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Bytes of calls this process served (see [`note_load`]).
+static LOAD: AtomicU64 = AtomicU64::new(0);
+
+/// Notes that a call of `bytes` (encoded) arrived to be served: the probe of spinning after
+/// work ([`steer`]) compares these, not the messages, because a node that answers sooner gets
+/// the same work in more, smaller batches (its callers merge what queued meanwhile).
+#[inline]
+pub fn note_load(bytes: usize) {
+    LOAD.fetch_add(bytes as u64, Ordering::Relaxed);
+}
+
 /// How a node's runtime spins (see the module comment). Microseconds; 0 turns a kind off.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Spinning {
@@ -139,11 +150,11 @@ const PROBE_SLOTS: u64 = 4;
 const CYCLE_SLOTS: u64 = 40;
 /// How much more (or less) work the probe's spinning half must see for a verdict.
 const DECISIVE: f64 = 0.03;
-/// Messages below which a probe half says nothing: too little work to tell.
-const PROBE_MIN_WORK: f64 = 500.0;
+/// Bytes of calls below which a probe half says nothing: too little work to tell.
+const PROBE_MIN_LOAD: f64 = 16_384.0;
 
-/// What a probe found spinning after work does to this process's rate of work (messages
-/// received, [`note_work`]).
+/// What a probe found spinning after work does to this process's rate of work (bytes of
+/// calls served, [`note_load`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Verdict {
     Helps,
@@ -151,9 +162,9 @@ enum Verdict {
     Unclear,
 }
 
-/// The verdict from the messages received in the probe's spinning and sleeping halves.
+/// The verdict from the bytes of calls served in the probe's spinning and sleeping halves.
 fn verdict(spinning: f64, sleeping: f64) -> Verdict {
-    if spinning.max(sleeping) < PROBE_MIN_WORK {
+    if spinning.max(sleeping) < PROBE_MIN_LOAD {
         Verdict::Unclear
     } else if spinning > sleeping * (1.0 + DECISIVE) {
         Verdict::Helps
@@ -197,14 +208,15 @@ fn wall_slot() -> (u64, Duration) {
 /// ran at 31–35% pressure with a fifth of the machine idle (wake-ups of sleeping threads count
 /// as waiting for a CPU), with spinning at 27–29% and 15% faster; a limit of 30% holds either
 /// state once in it. So each cycle starts with a probe that turns spinning on and off in
-/// turns, compares the work the process got in either half, and keeps what brought more.
+/// turns, compares the work the process got in either half (bytes of calls), and keeps what
+/// brought more.
 async fn steer(probe: bool) {
     let Some(mut last) = cpu_pressure_us() else {
         tracing::debug!("no CPU pressure information (/proc/pressure/cpu): data nodes do not spin");
         return;
     };
     let mut at = Instant::now();
-    let mut seen = WORK.load(Ordering::Relaxed);
+    let mut seen = LOAD.load(Ordering::Relaxed);
     let (mut verdict, mut probing) = (Verdict::Unclear, false);
     let (mut spinning, mut sleeping) = (0.0, 0.0);
     let (mut slot, mut left) = wall_slot();
@@ -219,7 +231,7 @@ async fn steer(probe: bool) {
         let share = now.saturating_sub(last) as f64 / (elapsed.as_micros() as f64).max(1.0);
         last = now;
         PRESSURE.store((share * 1000.0).min(1000.0) as u32, Ordering::Relaxed);
-        let work = WORK.load(Ordering::Relaxed);
+        let work = LOAD.load(Ordering::Relaxed);
         // Per period, in case the timer woke late.
         let got = work.wrapping_sub(seen) as f64 * PRESSURE_PERIOD.as_secs_f64() / elapsed.as_secs_f64().max(1e-3);
         seen = work;
@@ -427,10 +439,10 @@ mod tests {
 
     #[test]
     fn a_probe_keeps_spinning_after_work_where_it_brought_more_work() {
-        assert_eq!(verdict(10_000.0, 9_000.0), Verdict::Helps);
-        assert_eq!(verdict(9_000.0, 10_000.0), Verdict::Hurts);
-        assert_eq!(verdict(10_100.0, 10_000.0), Verdict::Unclear, "within the noise");
-        assert_eq!(verdict(400.0, 100.0), Verdict::Unclear, "too little work to tell");
+        assert_eq!(verdict(100_000.0, 90_000.0), Verdict::Helps);
+        assert_eq!(verdict(90_000.0, 100_000.0), Verdict::Hurts);
+        assert_eq!(verdict(101_000.0, 100_000.0), Verdict::Unclear, "within the noise");
+        assert_eq!(verdict(4_000.0, 1_000.0), Verdict::Unclear, "too little work to tell");
         // The probe turns spinning on and off in turns, whatever it found and the pressure.
         let probe: Vec<bool> = (0..PROBE_SLOTS).map(|s| after_work_on(s, true, Verdict::Hurts, false)).collect();
         assert_eq!(probe, [true, false, true, false]);
