@@ -222,6 +222,13 @@ async fn steer(probe: bool) {
     let (mut slot, mut left) = wall_slot();
     loop {
         tokio::time::sleep(left).await;
+        let (now_slot, now_left) = wall_slot();
+        if now_slot == slot {
+            // The wall clock runs a little slow against the timer's (NTP slewing it): the slot
+            // has not ended yet.
+            left = now_left;
+            continue;
+        }
         let Some(now) = cpu_pressure_us() else {
             AFTER_WORK_ON.store(false, Ordering::Relaxed);
             return;
@@ -244,7 +251,7 @@ async fn steer(probe: bool) {
                 (spinning, sleeping) = (0.0, 0.0);
             }
         }
-        (slot, left) = wall_slot();
+        (slot, left) = (now_slot, now_left);
         let next = slot % CYCLE_SLOTS;
         if next == 0 {
             probing = probe && room_under(CONTENDED_SHARE);
