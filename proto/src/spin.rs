@@ -16,7 +16,7 @@
 //! thread ran 40–55% more point selects.
 //!
 //! **Data nodes after their work.** Data nodes spin after their work too, but only where it
-//! pays ([`steer`]): each cycle of [`CYCLE_SLOTS`] starts with a probe that turns spinning on
+//! pays (`steer`): each cycle of `CYCLE_SLOTS` starts with a probe that turns spinning on
 //! and off in turns and keeps it the way that brought the node more work; where the probe
 //! cannot tell, they spin while Linux's CPU pressure (`/proc/pressure/cpu`, "some") stayed
 //! under [`AFTER_WORK_SHARE`] over the last [`PRESSURE_PERIOD`]. They give the CPU away
@@ -59,7 +59,7 @@ pub fn note_work() {
 static LOAD: AtomicU64 = AtomicU64::new(0);
 
 /// Notes that a call of `bytes` (encoded) arrived to be served: the probe of spinning after
-/// work ([`steer`]) compares these, not the messages, because a node that answers sooner gets
+/// work (`steer`) compares these, not the messages, because a node that answers sooner gets
 /// the same work in more, smaller batches (its callers merge what queued meanwhile).
 #[inline]
 pub fn note_load(bytes: usize) {
@@ -71,7 +71,7 @@ pub fn note_load(bytes: usize) {
 pub struct Spinning {
     /// Polling after each burst of work before the thread sleeps.
     pub after_work_us: u32,
-    /// Spin after work only where it pays ([`steer`]), as data nodes do; the SQL node spins
+    /// Spin after work only where it pays (`steer`), as data nodes do; the SQL node spins
     /// after its work always.
     pub after_work_gated: bool,
     /// Polling, without a message, while the process awaits a peer's answer (gated by
@@ -95,12 +95,12 @@ pub fn build(mut builder: tokio::runtime::Builder, spin: Spinning) -> std::io::R
 
 /// Answers this process awaits from its peers (see [`awaiting`]).
 static AWAITING: AtomicUsize = AtomicUsize::new(0);
-/// Wakes the await spinner.
+/// Wakes the runtime's spinner when the first answer is awaited (see [`awaiting`]).
 static AWAIT_WOKEN: Notify = Notify::const_new();
 /// The machine's CPU pressure over the last [`PRESSURE_PERIOD`], in thousandths of the time
 /// some task waited for a CPU (see the module comment). [`UNKNOWN`] until measured, and where
-/// the kernel does not report pressure; only the pressure watcher, which runs beside the
-/// gated spinners, sets it.
+/// the kernel does not report pressure; only [`steer`], which runs beside the spinners that
+/// read it, sets it.
 static PRESSURE: AtomicU32 = AtomicU32::new(UNKNOWN);
 const UNKNOWN: u32 = u32::MAX;
 
@@ -120,8 +120,8 @@ fn room_under(share: f64) -> bool {
     p != UNKNOWN && f64::from(p) < share * 1000.0
 }
 
-/// Held while this process awaits an answer from a peer: the await spinner, if the runtime has
-/// one, keeps the thread polling until every such answer is in, or its window passes without a
+/// Held while this process awaits an answer from a peer: the spinner, if the runtime has an
+/// await window, keeps the thread polling until every such answer is in, or its window passes without a
 /// message.
 #[must_use]
 pub struct Awaiting(());
@@ -363,8 +363,8 @@ mod tests {
         tv(r.ru_utime) + tv(r.ru_stime)
     }
 
-    /// A single-threaded runtime with the spinner `spin` asks for, but no pressure watcher:
-    /// the tests set the pressure themselves.
+    /// A single-threaded runtime with the spinner `spin` asks for, but without [`steer`]: the
+    /// tests set the pressure and whether to spin after work themselves.
     fn spinning_runtime(spin: Spinning) -> tokio::runtime::Runtime {
         let mut builder = tokio::runtime::Builder::new_current_thread();
         let spinner = arm(&mut builder, spin).expect("a window is set");
