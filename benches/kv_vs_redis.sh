@@ -9,10 +9,15 @@
 # primary would (`ClientOptions::read_any_replica`); one row set reads every key at its
 # primary instead (`--primary-reads`), one with read-backup (a backup may show a write early).
 #
-#   benches/kv_vs_redis.sh [seconds per shoal run, default 10]
+# With ROUNDS > 1 every cell runs that many times, Shoal and Redis in turns, and the table gives
+# the medians with the range of the rounds' ratios: on a noisy host one run moves by a quarter
+# or more, enough to turn a ratio's verdict.
+#
+#   benches/kv_vs_redis.sh [seconds per shoal run, default 10] [ROUNDS, default 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
+ROUNDS=${2:-1}
 KEYS=10000
 VALUE=64
 
@@ -60,14 +65,33 @@ $SHOAL bench kv --dir "$work/shoal" --threads 16 --batch 1 --write-ratio 1 --tcp
   --keys "$KEYS" --value-size "$VALUE" --duration 4 >/dev/null
 redis-benchmark -p "$rport" -c 16 -t set -n 200000 -r "$KEYS" -d "$VALUE" -q >/dev/null 2>&1
 
-echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis |"
-echo "|---|---|---|---|---|---|---|"
-row() { # label clients shoal_args redis_args
-  read -r s_ops s_p99 s_err < <(shoal_run $3)
-  read -r r_ops r_p99 < <(redis_run $4)
-  ratio=$(python3 -c "print(f'{$s_ops/$r_ops:.2f}')")
-  echo "| $1 | $2 | $s_ops | $s_p99 | ${r_ops%.*} | $r_p99 | $ratio |"
-  [ "$s_err" = "0" ] || echo "(shoal reported $s_err errors)"
+if [ "$ROUNDS" -gt 1 ]; then
+  echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis | rounds' ratios |"
+  echo "|---|---|---|---|---|---|---|---|"
+else
+  echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis |"
+  echo "|---|---|---|---|---|---|---|"
+fi
+row() { # label clients shoal_args redis_args: one table row, medians over the rounds
+  local runs="" errors=0 s_ops s_p99 s_err r_ops r_p99
+  for _ in $(seq "$ROUNDS"); do
+    read -r s_ops s_p99 s_err < <(shoal_run $3)
+    read -r r_ops r_p99 < <(redis_run $4)
+    runs+="$s_ops $s_p99 $r_ops $r_p99;"
+    errors=$(( errors + s_err ))
+  done
+  python3 - "$1" "$2" "$runs" "$ROUNDS" <<'PY'
+import statistics, sys
+label, clients, runs, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+runs = [[float(x) for x in r.split()] for r in runs.split(";") if r.strip()]
+med = [statistics.median(r[i] for r in runs) for i in range(4)]
+row = f"| {label} | {clients} | {med[0]:.0f} | {med[1]:g} | {med[2]:.0f} | {med[3]:g} | {med[0] / med[2]:.2f} |"
+if rounds > 1:
+    each = sorted(r[0] / r[2] for r in runs)
+    row += f" {each[0]:.2f}-{each[-1]:.2f} |"
+print(row)
+PY
+  [ "$errors" = "0" ] || echo "(shoal reported $errors errors)"
 }
 for c in 1 16 64; do
   row "read 1 key (GET)" "$c" "$c 1 0" "$c 1 get"

@@ -8,11 +8,16 @@
 # own LuaJIT state, which takes 15-25 s at 1024 threads); the whole run's rate is printed too.
 # Prints a markdown table with ratios (Shoal / MariaDB), the share of CPU the hypervisor stole
 # during each run, and Shoal's 1024-thread QPS as a share of its own peak.
+# With ROUNDS > 1 the whole series runs that many times on the same two servers and the table
+# gives each point's median, with the range of the rounds' ratios: on a noisy host one run's
+# rate moves by a quarter or more, and "its own peak" taken as the best of five single runs is
+# biased upwards (the best of five noisy draws), which a median per thread count is not.
 #
-#   benches/sysbench_vs_mariadb.sh [seconds measured per run, default 10]
+#   benches/sysbench_vs_mariadb.sh [seconds measured per run, default 10] [ROUNDS, default 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
+ROUNDS=${2:-1}
 POINT_THREADS=(1 16 64 256 1024)
 RW_THREADS=(1 16 64)
 
@@ -63,21 +68,40 @@ for srv in S M; do
     --mysql-user="${server[3]}" --mysql-db=sbtest --tables=4 --table-size=10000 prepare >/dev/null
   unset -n server
 done
-for t in "${POINT_THREADS[@]}"; do one point "$t" "${S[@]}"; one point "$t" "${M[@]}"; done
-for t in "${RW_THREADS[@]}"; do one rw "$t" "${S[@]}"; one rw "$t" "${M[@]}"; done
+for _ in $(seq "$ROUNDS"); do
+  for t in "${POINT_THREADS[@]}"; do one point "$t" "${S[@]}"; one point "$t" "${M[@]}"; done
+  for t in "${RW_THREADS[@]}"; do one rw "$t" "${S[@]}"; one rw "$t" "${M[@]}"; done
+done
 
-share_of_peak() { # COLUMN FILE: point selects at 1024 threads as a share of the best thread count
-  awk -v c="$1" '$1=="point" {if ($c>m) m=$c; if ($2==1024) l=$c} END {printf "%.0f%% of its peak (%d QPS)", 100*l/(m?m:1), m}' "$2"
-}
-echo "| workload | threads | Shoal (p99 ms) | MariaDB (p99 ms) | Shoal / MariaDB | whole run: Shoal / MariaDB | steal %: Shoal / MariaDB |"
-echo "|---|---|---|---|---|---|---|"
-while read -r kind t v p w s; do
-  read -r _ _ mv mp mw ms < <(awk -v k="$kind" -v t="$t" '$1==k && $2==t' "$work/mariadb.txt")
-  unit=$([ "$kind" = point ] && echo "QPS" || echo "TPS")
-  name=$([ "$kind" = point ] && echo "oltp_point_select" || echo "oltp_read_write")
-  ratio=$(python3 -c "print(f'{$v/max($mv,1):.2f}')")
-  echo "| $name ($unit) | $t | $v ($p) | $mv ($mp) | $ratio | $w / $mw | $s / $ms |"
-done <"$work/shoal.txt"
-echo
-echo "Shoal oltp_point_select at 1024 threads, steady: $(share_of_peak 3 "$work/shoal.txt"); whole run: $(share_of_peak 5 "$work/shoal.txt")."
-echo "MariaDB oltp_point_select at 1024 threads, steady: $(share_of_peak 3 "$work/mariadb.txt"); whole run: $(share_of_peak 5 "$work/mariadb.txt")."
+# The table: per point, the medians over the rounds (a single round: its numbers).
+python3 - "$work/shoal.txt" "$work/mariadb.txt" "$ROUNDS" <<'PY'
+import statistics, sys
+def load(path):
+    points = {}
+    for line in open(path):
+        kind, t, rate, p99, whole, steal = line.split()
+        points.setdefault((kind, int(t)), []).append((float(rate), float(p99), float(whole), float(steal)))
+    return points
+shoal, maria, rounds = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3])
+med = lambda runs, i: statistics.median(r[i] for r in runs)
+print("| workload | threads | Shoal (p99 ms) | MariaDB (p99 ms) | Shoal / MariaDB |"
+      + (" rounds' ratios |" if rounds > 1 else "") + " whole run: Shoal / MariaDB | steal %: Shoal / MariaDB |")
+print("|---|---|---|---|---|" + ("---|" if rounds > 1 else "") + "---|---|")
+for (kind, t), s in shoal.items():
+    m = maria[(kind, t)]
+    name, unit = ("oltp_point_select", "QPS") if kind == "point" else ("oltp_read_write", "TPS")
+    ratio = med(s, 0) / max(med(m, 0), 1)
+    spread = ""
+    if rounds > 1:
+        each = sorted(a[0] / max(b[0], 1) for a, b in zip(s, m))
+        spread = f" {each[0]:.2f}-{each[-1]:.2f} |"
+    print(f"| {name} ({unit}) | {t} | {med(s, 0):.0f} ({med(s, 1):g}) | {med(m, 0):.0f} ({med(m, 1):g}) | {ratio:.2f} |"
+          f"{spread} {med(s, 2):.0f} / {med(m, 2):.0f} | {med(s, 3):.0f} / {med(m, 3):.0f} |")
+print()
+for label, points in (("Shoal", shoal), ("MariaDB", maria)):
+    for col, what in ((0, "steady"), (2, "whole run")):
+        rates = {t: med(runs, col) for (kind, t), runs in points.items() if kind == "point"}
+        peak_t = max(rates, key=rates.get)
+        print(f"{label} oltp_point_select at 1024 threads, {what}: {100 * rates[1024] / rates[peak_t]:.0f}% of its peak"
+              f" ({rates[peak_t]:.0f} QPS at {peak_t} threads)" + (", medians of the rounds." if rounds > 1 else "."))
+PY
