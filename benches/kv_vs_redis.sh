@@ -65,13 +65,10 @@ $SHOAL bench kv --dir "$work/shoal" --threads 16 --batch 1 --write-ratio 1 --tcp
   --keys "$KEYS" --value-size "$VALUE" --duration 4 >/dev/null
 redis-benchmark -p "$rport" -c 16 -t set -n 200000 -r "$KEYS" -d "$VALUE" -q >/dev/null 2>&1
 
-if [ "$ROUNDS" -gt 1 ]; then
-  echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis | rounds' ratios |"
-  echo "|---|---|---|---|---|---|---|---|"
-else
-  echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis |"
-  echo "|---|---|---|---|---|---|---|"
-fi
+spread=("" "")
+[ "$ROUNDS" -gt 1 ] && spread=(" rounds' ratios |" "---|")
+echo "| workload | clients | Shoal ops/s | Shoal p99 ms | Redis ops/s | Redis p99 ms | Shoal / Redis |${spread[0]}"
+echo "|---|---|---|---|---|---|---|${spread[1]}"
 row() { # label clients shoal_args redis_args: one table row, medians over the rounds
   local runs="" errors=0 s_ops s_p99 s_err r_ops r_p99
   for _ in $(seq "$ROUNDS"); do
@@ -80,13 +77,13 @@ row() { # label clients shoal_args redis_args: one table row, medians over the r
     runs+="$s_ops $s_p99 $r_ops $r_p99;"
     errors=$(( errors + s_err ))
   done
-  python3 - "$1" "$2" "$runs" "$ROUNDS" <<'PY'
+  python3 - "$1" "$2" "$runs" <<'PY'
 import statistics, sys
-label, clients, runs, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+label, clients, runs = sys.argv[1:4]
 runs = [[float(x) for x in r.split()] for r in runs.split(";") if r.strip()]
 med = [statistics.median(r[i] for r in runs) for i in range(4)]
 row = f"| {label} | {clients} | {med[0]:.0f} | {med[1]:g} | {med[2]:.0f} | {med[3]:g} | {med[0] / med[2]:.2f} |"
-if rounds > 1:
+if len(runs) > 1:
     each = sorted(r[0] / r[2] for r in runs)
     row += f" {each[0]:.2f}-{each[-1]:.2f} |"
 print(row)

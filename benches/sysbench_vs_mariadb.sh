@@ -74,7 +74,7 @@ for _ in $(seq "$ROUNDS"); do
 done
 
 # The table: per point, the medians over the rounds (a single round: its numbers).
-python3 - "$work/shoal.txt" "$work/mariadb.txt" "$ROUNDS" <<'PY'
+python3 - "$work/shoal.txt" "$work/mariadb.txt" <<'PY'
 import statistics, sys
 def load(path):
     points = {}
@@ -82,7 +82,8 @@ def load(path):
         kind, t, rate, p99, whole, steal = line.split()
         points.setdefault((kind, int(t)), []).append((float(rate), float(p99), float(whole), float(steal)))
     return points
-shoal, maria, rounds = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3])
+shoal, maria = load(sys.argv[1]), load(sys.argv[2])
+rounds = len(next(iter(shoal.values())))
 med = lambda runs, i: statistics.median(r[i] for r in runs)
 print("| workload | threads | Shoal (p99 ms) | MariaDB (p99 ms) | Shoal / MariaDB |"
       + (" rounds' ratios |" if rounds > 1 else "") + " whole run: Shoal / MariaDB | steal %: Shoal / MariaDB |")

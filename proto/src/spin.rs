@@ -121,8 +121,8 @@ fn room_under(share: f64) -> bool {
 }
 
 /// Held while this process awaits an answer from a peer: the spinner, if the runtime has an
-/// await window, keeps the thread polling until every such answer is in, or its window passes without a
-/// message.
+/// await window, keeps the thread polling until every such answer is in, or its window passes
+/// without a message.
 #[must_use]
 pub struct Awaiting(());
 
