@@ -110,7 +110,10 @@ impl LocalCluster {
                 Ok(SqlNodeConfig {
                     id: 51 + i,
                     mysql_addr: port(30 + i)?,
-                    threads: share.max(1),
+                    // The SQL node's workers past the first serve only when it has many
+                    // connections (`spread_after`): then every core may take a share.
+                    threads: cores,
+                    spread_after: shoal_proto::config::DEFAULT_SPREAD_AFTER,
                     spin_us: shoal_proto::config::DEFAULT_SQL_SPIN_US,
                 })
             })

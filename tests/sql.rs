@@ -308,3 +308,79 @@ fn debian_mysql_client_connects_and_runs_sql() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "name\nann\ntwo\n2\n");
 }
+
+/// CPU time (ns) so far of each of process `pid`'s threads named `sqlnode-N`: the SQL node's
+/// workers past the first.
+fn worker_cpu_ns(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the SQL node's threads") {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default().trim().to_string();
+        if name.starts_with("sqlnode-") {
+            let stat = std::fs::read_to_string(task.join("schedstat")).unwrap_or_default();
+            out.insert(name, stat.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0));
+        }
+    }
+    out
+}
+
+/// A SQL node with three workers that spreads connections from the second on: each worker
+/// serves its own connections, and what one connection does (DDL, writes, a transaction) the
+/// connections on the other workers see at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_connections_spread_over_workers_share_one_cluster() {
+    let mut cluster = TestCluster::start_with_sql(1, 2, 1, 1);
+    cluster.restart_with(|dir| {
+        let path = dir.join("cluster.toml");
+        let toml = std::fs::read_to_string(&path).unwrap();
+        let (head, entry) = toml.split_once("[[sqlnode]]\n").expect("a [[sqlnode]] entry");
+        assert!(!entry.contains('['), "the [[sqlnode]] entry is the last section:\n{toml}");
+        let keep: String = entry
+            .lines()
+            .filter(|l| !l.starts_with("threads") && !l.starts_with("spread_after"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, format!("{head}[[sqlnode]]\nthreads = 3\nspread_after = 1\n{keep}")).unwrap();
+    });
+    let pid = cluster.pid(51).expect("the SQL node's pid");
+    let mut a = connect(&cluster, None).await;
+    let mut b = connect(&cluster, None).await;
+    let mut c = connect(&cluster, None).await;
+    let before = worker_cpu_ns(pid);
+    assert_eq!(before.len(), 2, "workers past the first: {before:?}");
+
+    a.query_drop("CREATE DATABASE w").await.unwrap();
+    a.query_drop("CREATE TABLE w.t (id INT PRIMARY KEY, v INT)").await.unwrap();
+    b.query_drop("INSERT INTO w.t VALUES (1, 10)").await.unwrap();
+    let v: Option<i64> = c.query_first("SELECT v FROM w.t WHERE id = 1").await.unwrap();
+    assert_eq!(v, Some(10));
+    a.query_drop("BEGIN").await.unwrap();
+    a.query_drop("UPDATE w.t SET v = 11 WHERE id = 1").await.unwrap();
+    let v: Option<i64> = c.query_first("SELECT v FROM w.t WHERE id = 1").await.unwrap();
+    assert_eq!(v, Some(10), "an uncommitted update is not seen");
+    a.query_drop("COMMIT").await.unwrap();
+    let v: Option<i64> = b.query_first("SELECT v FROM w.t WHERE id = 1").await.unwrap();
+    assert_eq!(v, Some(11));
+    for i in 2..50 {
+        b.exec_drop("INSERT INTO w.t VALUES (?, ?)", (i, i)).await.unwrap();
+        let v: Option<i64> = c.exec_first("SELECT v FROM w.t WHERE id = ?", (i,)).await.unwrap();
+        assert_eq!(v, Some(i));
+    }
+    let ids: Vec<u64> = [
+        a.query_first("SELECT CONNECTION_ID()").await.unwrap().unwrap(),
+        b.query_first("SELECT CONNECTION_ID()").await.unwrap().unwrap(),
+        c.query_first("SELECT CONNECTION_ID()").await.unwrap().unwrap(),
+    ]
+    .into();
+    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2], "{ids:?}");
+
+    // The second and third connections ran on the other two workers.
+    let after = worker_cpu_ns(pid);
+    for (name, ns) in &after {
+        assert!(*ns > before[name], "worker {name} served nothing: {before:?} then {after:?}");
+    }
+    a.query_drop("DROP DATABASE w").await.unwrap();
+    for conn in [a, b, c] {
+        conn.disconnect().await.unwrap();
+    }
+}

@@ -201,7 +201,22 @@ pub enum Durability {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    links: Arc<Links>,
     durability: Durability,
+}
+
+/// A client's connections to the data nodes. Their tasks run on the runtime that first used
+/// them, so a program with several runtimes gives each its own ([`Client::with_own_links`]):
+/// a call and its answer then never cross threads.
+#[derive(Default)]
+struct Links {
+    nodes: Mutex<IdMap<NodeId, (String, DataNodeClient<Channel>)>>,
+    /// Per data node, its address and the connection the call streams to it run on.
+    stream_conns: Mutex<IdMap<NodeId, (String, Arc<StreamConn>)>>,
+    /// Key-operation batchers per (data node, (read-backup, as-primary), writes).
+    batchers: Mutex<IdMap<BatcherKey, AddressedBatcher>>,
+    /// Transactions' call streams per data node (and the address they go to).
+    txn_links: Mutex<IdMap<NodeId, (String, Arc<TxnLinks>)>>,
 }
 
 struct Inner {
@@ -212,13 +227,6 @@ struct Inner {
     gci_tx: watch::Sender<u64>,
     /// Highest GCI this client asked mgmd to hurry.
     hurried: AtomicU64,
-    nodes: Mutex<IdMap<NodeId, (String, DataNodeClient<Channel>)>>,
-    /// Per data node, its address and the connection the call streams to it run on.
-    stream_conns: Mutex<IdMap<NodeId, (String, Arc<StreamConn>)>>,
-    /// Key-operation batchers per (data node, (read-backup, as-primary), writes).
-    batchers: Mutex<IdMap<BatcherKey, AddressedBatcher>>,
-    /// Transactions' call streams per data node (and the address they go to).
-    txn_links: Mutex<IdMap<NodeId, (String, Arc<TxnLinks>)>>,
     opts: ClientOptions,
     /// Hidden primary keys: a random prefix per client and a counter.
     hidden_prefix: u64,
@@ -323,10 +331,6 @@ impl Client {
             epoch_tx,
             gci_tx,
             hurried: AtomicU64::new(0),
-            nodes: Mutex::new(IdMap::default()),
-            stream_conns: Mutex::new(IdMap::default()),
-            batchers: Mutex::new(IdMap::default()),
-            txn_links: Mutex::new(IdMap::default()),
             opts,
             hidden_prefix: shoal_proto::hash::fmix64(nanos ^ u64::from(std::process::id())) << 32,
             hidden_next: AtomicU64::new(0),
@@ -338,12 +342,18 @@ impl Client {
         let weak = Arc::downgrade(&inner);
         let handle = tokio::spawn(watch_map(weak));
         *inner.watcher.lock() = Some(handle);
-        Ok(Client { inner, durability: Durability::default() })
+        Ok(Client { inner, links: Arc::default(), durability: Durability::default() })
     }
 
     /// The same connection acknowledging writes at another durability level.
     pub fn with_durability(&self, durability: Durability) -> Client {
-        Client { inner: self.inner.clone(), durability }
+        Client { inner: self.inner.clone(), links: self.links.clone(), durability }
+    }
+
+    /// This client for another runtime: the same map, watcher and options, with connections
+    /// to the data nodes of its own, opened on first use by the runtime that uses them.
+    pub fn with_own_links(&self) -> Client {
+        Client { inner: self.inner.clone(), links: Arc::default(), durability: self.durability }
     }
 
     pub fn durability(&self) -> Durability {
@@ -799,7 +809,7 @@ impl Client {
 
     fn node_client(&self, id: NodeId) -> Result<DataNodeClient<Channel>> {
         let addr = self.addr_of(id)?;
-        cached_for(&self.inner.nodes, id, &addr, || {
+        cached_for(&self.links.nodes, id, &addr, || {
             let ch = shoal_proto::grpc::channel_over(&addr, Duration::from_millis(500), self.inner.opts.transport)?;
             Ok(DataNodeClient::new(ch)
                 .max_decoding_message_size(MAX_ANSWER_BYTES)
@@ -853,7 +863,7 @@ impl Client {
     /// The connection for call streams to node `id` at its current address.
     fn stream_conn(&self, id: NodeId) -> Result<Arc<StreamConn>> {
         let addr = self.addr_of(id)?;
-        cached_for(&self.inner.stream_conns, id, &addr, || {
+        cached_for(&self.links.stream_conns, id, &addr, || {
             let transport = self.inner.opts.transport;
             Ok(Arc::new(StreamConn::new(&addr, Duration::from_millis(500), transport, MAX_ANSWER_BYTES)))
         })
@@ -875,7 +885,7 @@ impl Client {
 
     /// The streams that carry transactions' operations and commits to node `id`.
     fn txn_links(&self, id: NodeId) -> Result<Arc<TxnLinks>> {
-        self.per_address(&self.inner.txn_links, id, id, |conn| TxnLinks {
+        self.per_address(&self.links.txn_links, id, id, |conn| TxnLinks {
             execute: link::Link::new(id, conn.clone()),
             commit: link::Link::new(id, conn),
         })
@@ -885,7 +895,7 @@ impl Client {
     /// `as_primary`: requests merge only with ones read alike) and with or without writes.
     fn batcher(&self, id: NodeId, read: (bool, bool), writes: bool) -> Result<Arc<NodeBatcher>> {
         let attempt = self.inner.opts.deadline.min(Duration::from_secs(3));
-        self.per_address(&self.inner.batchers, (id, read, writes), id, |conn| {
+        self.per_address(&self.links.batchers, (id, read, writes), id, |conn| {
             let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, conn));
             Batcher::new(
                 MAX_INFLIGHT_PER_NODE,

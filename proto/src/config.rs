@@ -169,9 +169,14 @@ pub struct SqlNodeConfig {
     pub id: NodeId,
     /// host:port where it speaks the MySQL protocol.
     pub mysql_addr: String,
-    /// Worker threads of the node's runtime (0: one per CPU core). See [`worker_threads`].
+    /// Workers: single-threaded runtimes, each on its own thread with its own connections to
+    /// the data nodes (0: one per CPU core). The first serves every connection until it serves
+    /// `spread_after`; see the SQL node's `workers` module.
     #[serde(default)]
     pub threads: u32,
+    /// Connections the first worker serves alone before new ones go to the least busy worker.
+    #[serde(default = "default_spread_after")]
+    pub spread_after: u32,
     /// Microseconds the node keeps polling its sockets after its last work before it sleeps
     /// (0: never spin); see `crate::spin`.
     #[serde(default = "default_sql_spin_us")]
@@ -185,6 +190,16 @@ pub const DEFAULT_SQL_SPIN_US: u32 = 30;
 
 fn default_sql_spin_us() -> u32 {
     DEFAULT_SQL_SPIN_US
+}
+
+/// The default of [`SqlNodeConfig::spread_after`]. On 2 cores with two workers, sysbench point
+/// selects at 1024 threads ran 1.4–2.1 times what one worker ran, and at 16 threads (all on the
+/// first worker) as many; spreading from the first connection on ran fewer at 16 threads
+/// (benchmarks.md, "Thirty-third session").
+pub const DEFAULT_SPREAD_AFTER: u32 = 64;
+
+fn default_spread_after() -> u32 {
+    DEFAULT_SPREAD_AFTER
 }
 
 /// The data node's default spin after its work: with it, on 2 cores, one client's key-value
@@ -346,7 +361,7 @@ mod tests {
     #[test]
     fn sql_nodes_spin_unless_told_otherwise() {
         let entry: SqlNodeConfig = toml::from_str("id = 51\nmysql_addr = \"127.0.0.1:3306\"").unwrap();
-        assert_eq!(entry.spin_us, DEFAULT_SQL_SPIN_US);
+        assert_eq!((entry.spin_us, entry.spread_after), (DEFAULT_SQL_SPIN_US, DEFAULT_SPREAD_AFTER));
         let off: SqlNodeConfig = toml::from_str("id = 51\nmysql_addr = \"127.0.0.1:3306\"\nspin_us = 0").unwrap();
         assert_eq!(off.spin_us, 0);
     }

@@ -17,6 +17,7 @@ mod unique;
 pub mod users;
 pub mod val;
 pub mod view;
+mod workers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use tokio::sync::Semaphore;
 
 use crate::error::{code, SqlError};
 use crate::session::Shared;
+use crate::workers::Workers;
 
 #[derive(Parser, Debug)]
 #[command(name = "shoal-sqlnode", about = "Shoal SQL node (MySQL protocol)")]
@@ -49,28 +51,12 @@ pub fn main_entry() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    // A config that cannot be read fails in `run`, with the reason.
-    let (threads, spin_us) = ClusterConfig::load(&args.config)
-        .ok()
-        .and_then(|c| c.sqlnode.iter().find(|s| s.id == args.id).map(|s| (s.threads, s.spin_us)))
-        .unwrap_or((0, 0));
-    let workers = shoal_proto::config::worker_threads(threads);
-    let serve = move || {
-        let mut builder = shoal_proto::config::runtime_builder(workers);
-        builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES);
-        shoal_proto::spin::build(builder, shoal_proto::spin::Spinning { after_work_us: spin_us, ..Default::default() })
-            .map(|rt| rt.block_on(run(args)))
-    };
-    let result = if workers == 1 {
-        // A single-threaded runtime polls every task on the thread that blocks on it: one of
-        // our own, with the stack the parser's depth limit assumes.
-        let sql = std::thread::Builder::new().name("sqlnode".into()).stack_size(sql::parse::WORKER_STACK_BYTES);
-        match sql.spawn(serve) {
-            Ok(t) => t.join().unwrap_or_else(|_| Ok(Err(anyhow::anyhow!("the SQL node's thread panicked")))),
-            Err(e) => Err(e),
-        }
-    } else {
-        serve()
+    // Worker 0, which accepts connections, runs on a thread of our own with the stack the
+    // parser's depth limit assumes; `run` starts the others (see `workers`).
+    let sql = std::thread::Builder::new().name("sqlnode".into()).stack_size(sql::parse::WORKER_STACK_BYTES);
+    let result = match sql.spawn(move || worker_runtime(spin_us_of(&args)).map(|rt| rt.block_on(run(args)))) {
+        Ok(t) => t.join().unwrap_or_else(|_| Ok(Err(anyhow::anyhow!("the SQL node's thread panicked")))),
+        Err(e) => Err(e),
     };
     match result {
         Ok(Ok(())) => {}
@@ -91,6 +77,23 @@ pub fn main_entry() {
 /// concurrent ones merge into one batch (`Client::home_route`).
 fn client_options() -> shoal_client::ClientOptions {
     shoal_client::ClientOptions { read_any_replica: true, home_replica: true, ..Default::default() }
+}
+
+/// The configured spin of node `args.id`; a config that cannot be read fails in `run`, with
+/// the reason.
+fn spin_us_of(args: &Args) -> u32 {
+    ClusterConfig::load(&args.config)
+        .ok()
+        .and_then(|c| c.sqlnode.iter().find(|s| s.id == args.id).map(|s| s.spin_us))
+        .unwrap_or(0)
+}
+
+/// A worker's runtime: single-threaded (every task polled on the thread that blocks on it: no
+/// sibling worker to wake for each ready socket), spinning `spin_us` after its work.
+fn worker_runtime(spin_us: u32) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES);
+    shoal_proto::spin::build(builder, shoal_proto::spin::Spinning { after_work_us: spin_us, ..Default::default() })
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -117,6 +120,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Err(e) = shared.users().await {
         tracing::warn!("load the users: {e}");
     }
+    let count = shoal_proto::config::worker_threads(me.threads);
+    let spin_us = me.spin_us;
+    let workers = Workers::start(count, me.spread_after as usize, &shared.client, move || worker_runtime(spin_us))
+        .context("start the workers")?;
     let slots = Arc::new(Semaphore::new(server::MAX_CONNECTIONS as usize));
     tracing::info!(id = me.id, "sql node serving MySQL on {}", me.mysql_addr);
     loop {
@@ -134,17 +141,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = int.recv() => break,
         };
         let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let peer = peer.to_string();
         match slots.clone().try_acquire_owned() {
-            Ok(permit) => {
-                tokio::spawn(async move {
-                    if let Err(e) = server::serve(shared, stream, peer.clone()).await {
-                        tracing::debug!(%peer, "connection ended: {e}");
-                    }
-                    drop(permit);
-                });
-            }
+            Ok(permit) => workers.serve(shared.clone(), stream, peer.to_string(), permit),
             Err(_) => {
                 tokio::spawn(async move {
                     let _ = server::refuse(stream, &SqlError::new(code::TOO_MANY_CONNECTIONS, "Too many connections"))

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
+use shoal_client::Client;
 use shoal_proto::hash::IdMap;
 use shoal_proto::{AccountName, AuthPlugin};
 
@@ -876,7 +877,12 @@ pub async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(stream: S, e: &SqlError) 
 }
 
 /// Serves one client connection until it quits or breaks.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, stream: S, peer: String) -> io::Result<()> {
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    client: Client,
+    stream: S,
+    peer: String,
+) -> io::Result<()> {
     let mut c = Conn::new(stream, peer);
     let scramble = new_scramble();
     let connection_id = shared.next_connection_id();
@@ -906,7 +912,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
     c.caps = hs.caps & SERVER_CAPABILITIES;
     let host = peer_host(&c.peer);
     let Some(account) = authenticate(&mut c, &shared, &hs, &scramble, &host).await? else { return Ok(()) };
-    let mut session = Session::new(shared, hs.user.clone(), c.caps & CLIENT_FOUND_ROWS != 0);
+    let mut session = Session::new(shared, client.clone(), hs.user.clone(), c.caps & CLIENT_FOUND_ROWS != 0);
     session.connection_id = connection_id;
     session.account = account.clone();
     session.host = host.clone();
@@ -1077,7 +1083,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(shared: Arc<Shared>, strea
                 // COM_RESET_CONNECTION
                 let db = session.db.clone();
                 let shared = session.shared.clone();
-                session = Session::new(shared, hs.user.clone(), c.caps & CLIENT_FOUND_ROWS != 0);
+                session = Session::new(shared, client.clone(), hs.user.clone(), c.caps & CLIENT_FOUND_ROWS != 0);
                 session.connection_id = connection_id;
                 session.account = account.clone();
                 session.host = host.clone();

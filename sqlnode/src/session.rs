@@ -203,12 +203,13 @@ fn opt_text(v: Option<String>) -> Val {
 }
 
 impl Session {
-    pub fn new(shared: Arc<Shared>, user: String, client_found_rows: bool) -> Session {
+    /// A session of `user` whose calls go through `client` (its worker's links, see `workers`).
+    pub fn new(shared: Arc<Shared>, client: Client, user: String, client_found_rows: bool) -> Session {
         let connection_id = shared.next_connection_id();
         Session {
             txn: tokio::sync::Mutex::new(None),
             read_lock: std::sync::atomic::AtomicU8::new(0),
-            client: shared.client.clone(),
+            client,
             shared,
             db: None,
             account: AccountName::new(&user, "%"),
@@ -593,7 +594,7 @@ impl Session {
                                 ))
                             }
                         };
-                        self.client = self.shared.client.with_durability(d);
+                        self.client = self.client.with_durability(d);
                     }
                     if name == "autocommit" {
                         let v = value.trim_matches('\'').to_ascii_lowercase();

@@ -132,8 +132,15 @@ impl TestCluster {
 
     /// Stops `shoal up` (SIGTERM: it stops every node) and runs it again on the same directory.
     pub fn restart(&mut self) {
+        self.restart_with(|_| {});
+    }
+
+    /// Like [`TestCluster::restart`], running `between` on the cluster's directory (to edit its
+    /// `cluster.toml`, say) while everything is down.
+    pub fn restart_with(&mut self, between: impl FnOnce(&std::path::Path)) {
         self.stop_up();
         assert!(self.node_pids().iter().all(|&p| !is_ours(p)), "shoal up left nodes running");
+        between(&self.dir);
         self.run_up(&[]);
     }
 
