@@ -185,7 +185,8 @@ pub struct SqlNodeConfig {
 
 /// The SQL node's default spin: with it, on 2 cores, sysbench ran 40–55% more point selects
 /// with one thread, and `oltp_read_write` with 16 threads 2% more transactions by the median
-/// of five alternated rounds (0–11% per round; benchmarks.md, "Twenty-third session").
+/// of five alternated rounds (0–11% per round; benchmarks.md, "Twenty-third session"). Gated
+/// where the CPUs are contended (`crate::spin`).
 pub const DEFAULT_SQL_SPIN_US: u32 = 30;
 
 fn default_sql_spin_us() -> u32 {

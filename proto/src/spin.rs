@@ -13,7 +13,13 @@
 //! its way to the data nodes, their answer on its way back). On 2 cores, sysbench
 //! `oltp_read_write` at 16 threads left 12% of the machine idle without it and 7% with it (2%
 //! more transactions by the median of five alternated rounds, 0–11% per round), and one
-//! thread ran 40–55% more point selects.
+//! thread ran 40–55% more point selects. Since the thirty-third session it spins only where
+//! it pays, gated as the data nodes' spinning after work is (below; the work a probe compares
+//! is the bytes of its clients' packets): with a thousand sysbench connections and the
+//! machine saturated, spinning took CPU from the work: gated, point selects at 1024 threads
+//! ran 7% and 35% more than always spinning (two alternated rounds), as many at 1 and 16
+//! threads, and `oltp_read_write` at 16 threads as many (benchmarks.md, "Thirty-third
+//! session"). One `steer` serves every runtime of a process.
 //!
 //! **Data nodes after their work.** Data nodes spin after their work too, but only where it
 //! pays (`steer`): each cycle of `CYCLE_SLOTS` starts with a probe that turns spinning on
@@ -71,8 +77,7 @@ pub fn note_load(bytes: usize) {
 pub struct Spinning {
     /// Polling after each burst of work before the thread sleeps.
     pub after_work_us: u32,
-    /// Spin after work only where it pays (`steer`), as data nodes do; the SQL node spins
-    /// after its work always.
+    /// Spin after work only where it pays (`steer`), as the nodes do.
     pub after_work_gated: bool,
     /// Polling, without a message, while the process awaits a peer's answer (gated by
     /// [`CONTENDED_SHARE`]).
@@ -141,6 +146,17 @@ impl Drop for Awaiting {
 
 /// Whether a gated spinner spins after its work in the current slot; set by [`steer`].
 static AFTER_WORK_ON: AtomicBool = AtomicBool::new(false);
+/// Whether a [`steer`] runs in this process.
+static STEERING: AtomicBool = AtomicBool::new(false);
+
+/// Held by the running [`steer`]; another may start once it ends (its runtime shut down).
+struct Steering;
+
+impl Drop for Steering {
+    fn drop(&mut self) {
+        STEERING.store(false, Ordering::Relaxed);
+    }
+}
 
 /// Slots at the start of each cycle that probe whether spinning after work helps: it is on in
 /// the even ones and off in the odd ones, whatever the pressure.
@@ -211,8 +227,14 @@ fn wall_slot() -> (u64, Duration) {
 /// turns, compares the work the process got in either half (bytes of calls), and keeps what
 /// brought more.
 async fn steer(probe: bool) {
+    // One per process: the pressure and the verdict are the process's, whatever number of
+    // runtimes (the SQL node's workers) spin.
+    if STEERING.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let _steering = Steering;
     let Some(mut last) = cpu_pressure_us() else {
-        tracing::debug!("no CPU pressure information (/proc/pressure/cpu): data nodes do not spin");
+        tracing::debug!("no CPU pressure information (/proc/pressure/cpu): gated spinners do not spin");
         return;
     };
     let mut at = Instant::now();
@@ -300,8 +322,7 @@ fn arm(builder: &mut tokio::runtime::Builder, spin: Spinning) -> Option<impl Fut
 }
 
 async fn spinner(woken: Arc<Notify>, spin: Spinning) {
-    // Data nodes give the CPU away now and then; the SQL node, which spins only after its
-    // work and ungated, does not.
+    // Gated spinners give the CPU away now and then.
     let give_way = spin.after_work_gated || spin.await_us > 0;
     loop {
         tokio::select! {
@@ -442,6 +463,10 @@ mod tests {
         let idle = cpu_of_awaiting(&both, false);
         assert!(idle <= Duration::from_millis(30), "both windows: spun {idle:?} after work over its limit");
         PRESSURE.store(UNKNOWN, Ordering::Relaxed);
+        // Last: a running steer sets the process-wide state the checks above set by hand.
+        check_one_steer_per_process();
+        PRESSURE.store(UNKNOWN, Ordering::Relaxed);
+        AFTER_WORK_ON.store(false, Ordering::Relaxed);
     }
 
     #[test]
@@ -499,5 +524,25 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         noter.join().unwrap();
         assert!(used >= Duration::from_millis(120), "spun only {used:?} of 300 ms with messages arriving");
+    }
+
+    /// The SQL node builds a runtime per worker, each spawning a `steer`: only one steers, and
+    /// once its runtime is gone another may.
+    fn check_one_steer_per_process() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let first = tokio::spawn(steer(false));
+            tokio::task::yield_now().await;
+            if first.is_finished() {
+                // No /proc/pressure/cpu here: nothing steers at all.
+                return;
+            }
+            let second = tokio::time::timeout(Duration::from_secs(5), steer(false)).await;
+            assert!(second.is_ok(), "a second steer runs beside the first");
+            first.abort();
+            let _ = first.await;
+            let third = tokio::time::timeout(Duration::from_millis(300), steer(false)).await;
+            assert!(third.is_err(), "no steer runs after the first one ended");
+        });
     }
 }

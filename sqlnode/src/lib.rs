@@ -89,11 +89,13 @@ fn spin_us_of(args: &Args) -> u32 {
 }
 
 /// A worker's runtime: single-threaded (every task polled on the thread that blocks on it: no
-/// sibling worker to wake for each ready socket), spinning `spin_us` after its work.
+/// sibling worker to wake for each ready socket), spinning `spin_us` after its work where that
+/// pays (`shoal_proto::spin`: gated as the data nodes' spinning is).
 fn worker_runtime(spin_us: u32) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.thread_stack_size(sql::parse::WORKER_STACK_BYTES);
-    shoal_proto::spin::build(builder, shoal_proto::spin::Spinning { after_work_us: spin_us, ..Default::default() })
+    let spin = shoal_proto::spin::Spinning { after_work_us: spin_us, after_work_gated: true, await_us: 0 };
+    shoal_proto::spin::build(builder, spin)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

@@ -313,6 +313,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             self.io.read_exact(&mut payload[start..]).await?;
             if len < MAX_PAYLOAD {
                 shoal_proto::spin::note_work();
+                shoal_proto::spin::note_load(payload.len());
                 return Ok(Some(payload));
             }
         }
