@@ -195,8 +195,8 @@ fn default_sql_spin_us() -> u32 {
 
 /// The default of [`SqlNodeConfig::spread_after`]. On 2 cores with two workers, sysbench point
 /// selects at 1024 threads ran 1.4–2.1 times what one worker ran, and at 16 threads (all on the
-/// first worker) as many; spreading from the first connection on ran fewer at 16 threads
-/// (benchmarks.md, "Thirty-third session").
+/// first worker) as many; splitting 16 connections 8/8 over the two gained nothing over one
+/// worker serving all 16 (benchmarks.md, "Thirty-third session").
 pub const DEFAULT_SPREAD_AFTER: u32 = 64;
 
 fn default_spread_after() -> u32 {
