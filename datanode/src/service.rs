@@ -222,8 +222,19 @@ async fn run_txn_control(node: &Arc<Node>, mut req: pb::TxnControlRequest) -> pb
 /// of a write.
 type OpAnswer = (Result<Answer, ShoalError>, u64);
 
+/// How a batch's writes run: once replication starts it must finish even if the caller goes
+/// away, so they run in a task of their own unless the batch already does.
+#[derive(Clone, Copy)]
+enum Detach {
+    /// The caller's future may be dropped mid-way (a unary call whose client went away).
+    Spawn,
+    /// The caller already runs the batch in a task of its own (`serve_calls`): a second
+    /// spawn per write call only cost an allocation and a wake-up.
+    AlreadyDetached,
+}
+
 /// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream).
-async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
+async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest, detach: Detach) -> pb::BatchResponse {
     let failed = |e: ShoalError| pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 };
     // A many-key or range read counts once per key.
     if req.ops.iter().map(pb::Op::weight).sum::<usize>() > MAX_BATCH_OPS {
@@ -241,10 +252,8 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
         // Reads finish without waiting on anything: answer inline.
         ops::read_many(node, ops, at).into_iter().map(|r| (r, 0)).collect()
     } else {
-        // Writes run in their own task: once replication starts it must finish even if the
-        // caller goes away.
         let node = node.clone();
-        let task = tokio::spawn(async move {
+        let writes = async move {
             let each = ops.into_iter().map(|op| {
                 let node = node.clone();
                 async move {
@@ -263,10 +272,13 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse
                 }
             });
             futures::future::join_all(each).await
-        });
-        match task.await {
-            Ok(r) => r,
-            Err(e) => return failed(ShoalError::internal(format!("batch task failed: {e}"))),
+        };
+        match detach {
+            Detach::AlreadyDetached => writes.await,
+            Detach::Spawn => match tokio::spawn(writes).await {
+                Ok(r) => r,
+                Err(e) => return failed(ShoalError::internal(format!("batch task failed: {e}"))),
+            },
         }
     };
     pb::BatchResponse { error: None, results: results.into_iter().map(result_to_pb).collect(), served_by: node.id }
@@ -315,7 +327,7 @@ impl Service {
 #[tonic::async_trait]
 impl DataNode for Service {
     async fn execute(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
-        Ok(Response::new(run_batch(&self.node, req.into_inner()).await))
+        Ok(Response::new(run_batch(&self.node, req.into_inner(), Detach::Spawn).await))
     }
 
     type ExecuteStreamStream = BoxStream<pb::TaggedResult>;
@@ -336,7 +348,9 @@ impl DataNode for Service {
         };
         let answer = |node: Arc<Node>, call: pb::TaggedBatch| -> Answering<pb::TaggedResult> {
             Box::pin(async move {
-                let result = Some(run_batch(&node, call.batch.unwrap_or_default()).await);
+                // A batch with a write is never answered inline, so `serve_calls` runs it in
+                // a task of its own.
+                let result = Some(run_batch(&node, call.batch.unwrap_or_default(), Detach::AlreadyDetached).await);
                 pb::TaggedResult { tag: call.tag, result }
             })
         };
