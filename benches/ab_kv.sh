@@ -22,9 +22,11 @@ source benches/lib.sh
 
 work=$(mktemp -d)
 ups=()
+up_pid=""
 cleanup() {
-  for p in "${ups[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${ups[@]}"; do wait "$p" 2>/dev/null || true; done
+  # up_pid: a cluster still starting (start_shoal exits on a failed start).
+  for p in "${ups[@]}" $up_pid; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${ups[@]}" $up_pid; do wait "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT

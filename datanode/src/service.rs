@@ -222,19 +222,11 @@ async fn run_txn_control(node: &Arc<Node>, mut req: pb::TxnControlRequest) -> pb
 /// of a write.
 type OpAnswer = (Result<Answer, ShoalError>, u64);
 
-/// How a batch's writes run: once replication starts it must finish even if the caller goes
-/// away, so they run in a task of their own unless the batch already does.
-#[derive(Clone, Copy)]
-enum Detach {
-    /// The caller's future may be dropped mid-way (a unary call whose client went away).
-    Spawn,
-    /// The caller already runs the batch in a task of its own (`serve_calls`): a second
-    /// spawn per write call only cost an allocation and a wake-up.
-    AlreadyDetached,
-}
-
-/// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream).
-async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest, detach: Detach) -> pb::BatchResponse {
+/// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream). A batch
+/// with a write must run to its end once replication starts, even if its caller goes away: the
+/// caller runs it in a task of its own (`serve_calls` does for every call it does not answer
+/// inline; `execute` spawns one).
+async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
     let failed = |e: ShoalError| pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 };
     // A many-key or range read counts once per key.
     if req.ops.iter().map(pb::Op::weight).sum::<usize>() > MAX_BATCH_OPS {
@@ -252,34 +244,24 @@ async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest, detach: Detach) -> p
         // Reads finish without waiting on anything: answer inline.
         ops::read_many(node, ops, at).into_iter().map(|r| (r, 0)).collect()
     } else {
-        let node = node.clone();
-        let writes = async move {
-            let each = ops.into_iter().map(|op| {
-                let node = node.clone();
-                async move {
-                    let op = match op {
-                        Ok(op) => op,
-                        Err(e) => return (Err(e), 0),
-                    };
-                    match op.kind {
-                        OpKind::Read => (ops::read(&node, op, at), 0),
-                        _ => match ops::write(node, op).await {
-                            Ok(Some(gci)) => (Ok(Answer::Row(None)), gci),
-                            Ok(None) => (Ok(Answer::Unchanged), 0),
-                            Err(e) => (Err(e), 0),
-                        },
-                    }
+        let each = ops.into_iter().map(|op| {
+            let node = node.clone();
+            async move {
+                let op = match op {
+                    Ok(op) => op,
+                    Err(e) => return (Err(e), 0),
+                };
+                match op.kind {
+                    OpKind::Read => (ops::read(&node, op, at), 0),
+                    _ => match ops::write(node, op).await {
+                        Ok(Some(gci)) => (Ok(Answer::Row(None)), gci),
+                        Ok(None) => (Ok(Answer::Unchanged), 0),
+                        Err(e) => (Err(e), 0),
+                    },
                 }
-            });
-            futures::future::join_all(each).await
-        };
-        match detach {
-            Detach::AlreadyDetached => writes.await,
-            Detach::Spawn => match tokio::spawn(writes).await {
-                Ok(r) => r,
-                Err(e) => return failed(ShoalError::internal(format!("batch task failed: {e}"))),
-            },
-        }
+            }
+        });
+        futures::future::join_all(each).await
     };
     pb::BatchResponse { error: None, results: results.into_iter().map(result_to_pb).collect(), served_by: node.id }
 }
@@ -327,7 +309,15 @@ impl Service {
 #[tonic::async_trait]
 impl DataNode for Service {
     async fn execute(&self, req: Request<pb::BatchRequest>) -> Result<Response<pb::BatchResponse>, Status> {
-        Ok(Response::new(run_batch(&self.node, req.into_inner(), Detach::Spawn).await))
+        // In a task of its own: tonic drops this future if the client goes away, and a write
+        // that started replicating must finish.
+        let node = self.node.clone();
+        let batch = tokio::spawn(async move { run_batch(&node, req.into_inner()).await });
+        Ok(Response::new(batch.await.unwrap_or_else(|e| pb::BatchResponse {
+            error: Some(ShoalError::internal(format!("batch task failed: {e}")).into()),
+            results: vec![],
+            served_by: 0,
+        })))
     }
 
     type ExecuteStreamStream = BoxStream<pb::TaggedResult>;
@@ -348,9 +338,7 @@ impl DataNode for Service {
         };
         let answer = |node: Arc<Node>, call: pb::TaggedBatch| -> Answering<pb::TaggedResult> {
             Box::pin(async move {
-                // A batch with a write is never answered inline, so `serve_calls` runs it in
-                // a task of its own.
-                let result = Some(run_batch(&node, call.batch.unwrap_or_default(), Detach::AlreadyDetached).await);
+                let result = Some(run_batch(&node, call.batch.unwrap_or_default()).await);
                 pb::TaggedResult { tag: call.tag, result }
             })
         };
