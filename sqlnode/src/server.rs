@@ -34,7 +34,7 @@ const FLUSH_BYTES: usize = 256 * 1024;
 /// A connection's read buffer. Requests are small (a sysbench statement execution is about 30
 /// bytes, an insert a few hundred), and a larger packet bypasses the buffer. Small per-connection
 /// buffers pack several connections' into one page: with 1024 sysbench connections, 2 KiB and 1
-/// KiB (against 16 KiB each) cut the SQL node's user CPU per point select by 0.3–0.5 µs, 5–8%
+/// KiB (against 16 KiB each) cut the SQL node's user CPU per point select by 0.2–0.5 µs, 3–8%
 /// (benchmarks.md, "Thirty-fifth session"), and 10,000 connections hold 30 MB of buffers, not 320.
 const READ_BUFFER_BYTES: usize = 2 * 1024;
 /// A connection's output buffer when it starts, and what it goes back to after a large answer
