@@ -725,6 +725,47 @@ async fn prepared_point_selects_follow_schema_changes() {
     c.disconnect().await.unwrap();
 }
 
+/// Connections share what PREPARE made of a text (`PreparedCache` in the SQL node): a statement
+/// prepared again after a schema change, or in another current database, must announce the
+/// columns it will return, not those of an earlier connection's PREPARE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_prepared_statements_follow_schema_changes_and_databases() {
+    let cluster = TestCluster::start_with_sql(1, 2, 1, 1);
+    let connect = |db: &'static str| {
+        let opts = root_opts(&cluster).db_name(Some(db));
+        async move { Conn::new(opts).await.expect("connect") }
+    };
+    let mut admin = Conn::new(root_opts(&cluster)).await.expect("connect");
+    for (db, cols) in [("sp1", "id INT PRIMARY KEY, v VARCHAR(10)"), ("sp2", "id INT PRIMARY KEY, a INT, b INT, c INT")]
+    {
+        admin.query_drop(format!("CREATE DATABASE {db}")).await.unwrap();
+        admin.query_drop(format!("CREATE TABLE {db}.t ({cols})")).await.unwrap();
+    }
+    admin.query_drop("INSERT INTO sp1.t VALUES (1, 'x')").await.unwrap();
+    admin.query_drop("INSERT INTO sp2.t VALUES (1, 2, 3, 4)").await.unwrap();
+    let q = "SELECT * FROM t WHERE id = ?";
+    let names = |s: &mysql_async::Statement| s.columns().iter().map(|c| c.name_str().into_owned()).collect::<Vec<_>>();
+
+    let (mut a, mut b) = (connect("sp1").await, connect("sp1").await);
+    for c in [&mut a, &mut b] {
+        let stmt = c.prep(q).await.unwrap();
+        assert_eq!(names(&stmt), ["id", "v"]);
+        assert_eq!(text_rows(c.exec(&stmt, (1,)).await.unwrap()), ["1,x"]);
+    }
+    admin.query_drop("ALTER TABLE sp1.t ADD COLUMN w INT").await.unwrap();
+    let mut after = connect("sp1").await;
+    let stmt = after.prep(q).await.unwrap();
+    assert_eq!(names(&stmt), ["id", "v", "w"], "prepared after ALTER TABLE");
+    assert_eq!(text_rows(after.exec(&stmt, (1,)).await.unwrap()), ["1,x,NULL"]);
+    let mut other = connect("sp2").await;
+    let stmt = other.prep(q).await.unwrap();
+    assert_eq!(names(&stmt), ["id", "a", "b", "c"], "the same text in another database");
+    assert_eq!(text_rows(other.exec(&stmt, (1,)).await.unwrap()), ["1,2,3,4"]);
+    for c in [a, b, after, other, admin] {
+        c.disconnect().await.unwrap();
+    }
+}
+
 /// The binary protocol's rows of `sql` prepared and run with `params`, as [`text_rows`].
 async fn exec_rows(c: &mut Conn, sql: &str, params: mysql_async::Params) -> Vec<String> {
     text_rows(c.exec(sql, params).await.unwrap_or_else(|e| panic!("{sql}: {e}")))
