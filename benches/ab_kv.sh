@@ -33,13 +33,7 @@ trap cleanup EXIT
 
 # cluster BIN DIR EDIT: a local cluster in DIR, restarted once with EDIT applied to its config.
 cluster() {
-  start_shoal "$1/shoal" "$2"
-  if [ -n "$3" ]; then
-    kill -TERM "$up_pid"
-    wait "$up_pid" 2>/dev/null || true
-    sed -i "$3" "$2/cluster.toml"
-    start_shoal "$1/shoal" "$2"
-  fi
+  start_shoal_edited "$1/shoal" "$2" "$3"
   ups+=("$up_pid")
   up_pid=""
 }

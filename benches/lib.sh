@@ -58,6 +58,18 @@ start_shoal() {
   grep -q '^ready' "$dir.log" || { cat "$dir.log"; exit 1; }
 }
 
+# start_shoal_edited SHOAL_BIN DIR SED: start_shoal, then, with a non-empty sed script, the same
+# cluster again with SED applied to its cluster.toml (its nodes read it when they start).
+start_shoal_edited() {
+  start_shoal "$1" "$2"
+  if [ -n "$3" ]; then
+    kill -TERM "$up_pid"
+    wait "$up_pid" 2>/dev/null || true
+    sed -i "$3" "$2/cluster.toml"
+    start_shoal "$1" "$2"
+  fi
+}
+
 # shoal_mysql_port DIR: the MySQL port of the first SQL node of the cluster start_shoal ran in DIR.
 shoal_mysql_port() { sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$1.log" | head -1; }
 

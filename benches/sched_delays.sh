@@ -35,13 +35,7 @@ need_packages perf:linux-perf
 BIN=$(realpath "$BIN")
 
 bench_workdir
-start_shoal "$BIN/shoal" "$work/shoal"
-if [ -n "$EDIT" ]; then
-  kill -TERM "$up_pid"
-  wait "$up_pid" 2>/dev/null || true
-  sed -i "$EDIT" "$work/shoal/cluster.toml"
-  start_shoal "$BIN/shoal" "$work/shoal"
-fi
+start_shoal_edited "$BIN/shoal" "$work/shoal" "$EDIT"
 if [ "$KIND" = sysbench ]; then
   shoal_sysbench_tables "$work/shoal"
   sysbench "$2" "${sb[@]}" --threads="$3" --time=8 run >"$work/load.out" &
