@@ -725,7 +725,7 @@ async fn prepared_point_selects_follow_schema_changes() {
     c.disconnect().await.unwrap();
 }
 
-/// Connections share what PREPARE made of a text (`PreparedCache` in the SQL node): a statement
+/// Connections share what PREPARE made of a text (`Shared::prepared` in the SQL node): a statement
 /// prepared again after a schema change, or in another current database, must announce the
 /// columns it will return, not those of an earlier connection's PREPARE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -222,21 +222,25 @@ async fn run_txn_control(node: &Arc<Node>, mut req: pb::TxnControlRequest) -> pb
 /// of a write.
 type OpAnswer = (Result<Answer, ShoalError>, u64);
 
+/// A batch's answer when the whole batch failed.
+fn failed_batch(e: ShoalError) -> pb::BatchResponse {
+    pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 }
+}
+
 /// Runs one batch of key operations (unary Execute, or one call on an ExecuteStream). A batch
 /// with a write must run to its end once replication starts, even if its caller goes away: the
 /// caller runs it in a task of its own (`serve_calls` does for every call it does not answer
 /// inline; `execute` spawns one).
 async fn run_batch(node: &Arc<Node>, req: pb::BatchRequest) -> pb::BatchResponse {
-    let failed = |e: ShoalError| pb::BatchResponse { error: Some(e.into()), results: vec![], served_by: 0 };
     // A many-key or range read counts once per key.
     if req.ops.iter().map(pb::Op::weight).sum::<usize>() > MAX_BATCH_OPS {
-        return failed(ShoalError::new(
+        return failed_batch(ShoalError::new(
             ErrorCode::TooLarge,
             format!("a batch holds at most {MAX_BATCH_OPS} operations"),
         ));
     }
     if let Err(e) = node.ensure_epoch(req.epoch).await {
-        return failed(e);
+        return failed_batch(e);
     }
     let at = ops::ReadAt::of(req.read_backup, req.as_primary);
     let ops: Vec<Result<Op, ShoalError>> = req.ops.into_iter().map(op_from_pb).collect();
@@ -313,11 +317,9 @@ impl DataNode for Service {
         // that started replicating must finish.
         let node = self.node.clone();
         let batch = tokio::spawn(async move { run_batch(&node, req.into_inner()).await });
-        Ok(Response::new(batch.await.unwrap_or_else(|e| pb::BatchResponse {
-            error: Some(ShoalError::internal(format!("batch task failed: {e}")).into()),
-            results: vec![],
-            served_by: 0,
-        })))
+        Ok(Response::new(
+            batch.await.unwrap_or_else(|e| failed_batch(ShoalError::internal(format!("batch task failed: {e}")))),
+        ))
     }
 
     type ExecuteStreamStream = BoxStream<pb::TaggedResult>;

@@ -43,41 +43,59 @@ pub struct Shared {
     /// Held while the user table is reloaded, so concurrent logins wait for one load; holds
     /// when the last reload failed.
     pub(crate) users_refresh: tokio::sync::Mutex<Option<std::time::Instant>>,
-    /// Tables as SQL sees them, see `Session::table_ref`.
-    tables: parking_lot::Mutex<TableCache>,
-    /// Prepared statements every connection of this SQL node shares, see `Session::prepare`.
-    prepared: parking_lot::Mutex<PreparedCache>,
+    /// Tables as SQL sees them (`Session::table_ref`): at most one entry per table of the map.
+    tables: parking_lot::Mutex<PerMap<String, TableRef>>,
+    /// Prepared statements every connection of this SQL node shares (`Session::prepare`).
+    prepared: parking_lot::Mutex<PerMap<PreparedKey, SharedPrepared>>,
 }
 
-/// What PREPARE made of a statement text in a current database, for the one cluster map it was
-/// made from (a new map empties it), shared by every connection of the SQL node. A thousand
+/// Entries made from one cluster map: any new map empties it, so an entry never outlives the
+/// catalog it was made from (DDL, failover, whatever mgmd pushes).
+struct PerMap<K, V> {
+    map: Option<Arc<shoal_proto::ClusterState>>,
+    entries: HashMap<K, V>,
+}
+
+impl<K, V> Default for PerMap<K, V> {
+    fn default() -> Self {
+        PerMap { map: None, entries: HashMap::new() }
+    }
+}
+
+impl<K, V> PerMap<K, V> {
+    /// The entries made from `map`, emptied first if they were made from another.
+    fn of(&mut self, map: &Arc<shoal_proto::ClusterState>) -> &mut HashMap<K, V> {
+        if !self.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, map)) {
+            self.entries.clear();
+            self.map = Some(map.clone());
+        }
+        &mut self.entries
+    }
+
+    /// The entries, if they were made from `map` (else nothing: `map` is out of date).
+    fn of_current(&mut self, map: &Arc<shoal_proto::ClusterState>) -> Option<&mut HashMap<K, V>> {
+        self.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, map)).then_some(&mut self.entries)
+    }
+}
+
+/// What PREPARE made of a statement text in a current database (`PreparedKey`), for one
+/// cluster map ([`PerMap`]), shared by every connection of the SQL node: the statement and the
+/// result columns PREPARE announced. A thousand
 /// sysbench connections prepare the same statements: PREPARE of a SELECT runs it once to learn
 /// its columns, a data-node round trip that a shared statement skips (1024 connections
 /// connected and prepared `oltp_read_write`'s statements in 3.3–3.4 s instead of 4.9–5.1), and
 /// every execution reads its prepared statement, one copy in the CPU's caches where there were
 /// a thousand (0.3–0.6 µs less user CPU per point select, benchmarks.md, "Thirty-fifth
-/// session"). At most
-/// [`PREPARED_CACHE_ENTRIES`] entries, of texts up to [`PREPARED_CACHE_TEXT_BYTES`] (what a
-/// connection left behind is bounded); when full, it starts over.
-#[derive(Default)]
-struct PreparedCache {
-    map: Option<Arc<shoal_proto::ClusterState>>,
-    by_text: HashMap<PreparedKey, (Arc<Prepared>, Arc<[ColumnMeta]>)>,
-}
+/// session"). At most [`PREPARED_CACHE_ENTRIES`] entries, of texts up to
+/// [`PREPARED_CACHE_TEXT_BYTES`] (what a connection left behind is bounded); when full, it
+/// starts over.
+type SharedPrepared = (Arc<Prepared>, Arc<[ColumnMeta]>);
 
 /// The current database and the statement's text.
 type PreparedKey = (Option<String>, String);
 
 const PREPARED_CACHE_ENTRIES: usize = 1024;
 const PREPARED_CACHE_TEXT_BYTES: usize = 4096;
-
-/// The tables statements named, as SQL sees them, for the one cluster map they were made from
-/// (a new map empties it): at most one entry per table of that map.
-#[derive(Default)]
-struct TableCache {
-    map: Option<Arc<shoal_proto::ClusterState>>,
-    by_name: HashMap<String, TableRef>,
-}
 
 impl Shared {
     pub fn new(client: Client, node_id: u32) -> Shared {
@@ -87,8 +105,8 @@ impl Shared {
             next_connection: AtomicU32::new((node_id & 0xff) << 24 | 1),
             users: parking_lot::RwLock::new(None),
             users_refresh: tokio::sync::Mutex::new(None),
-            tables: parking_lot::Mutex::new(TableCache::default()),
-            prepared: parking_lot::Mutex::new(PreparedCache::default()),
+            tables: parking_lot::Mutex::new(PerMap::default()),
+            prepared: parking_lot::Mutex::new(PerMap::default()),
         }
     }
 
@@ -350,17 +368,14 @@ impl Session {
         let mut full = format!("{db}.{name}");
         full.make_ascii_lowercase();
         let mut cache = self.shared.tables.lock();
-        if !cache.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, &map)) {
-            cache.by_name.clear();
-            cache.map = Some(map.clone());
-        }
-        if let Some(t) = cache.by_name.get(&full) {
+        let cache = cache.of(&map);
+        if let Some(t) = cache.get(&full) {
             return Some(t.clone());
         }
         let table = map.table(&full)?;
         let (real_db, real) = table.spec.name.split_once('.').unwrap_or((db, name));
         let t = TableRef::new(real_db, real, table.clone());
-        cache.by_name.insert(full, t.clone());
+        cache.insert(full, t.clone());
         Some(t)
     }
 
@@ -846,15 +861,9 @@ impl Session {
             ));
         }
         let map = self.client().map();
-        let key = (self.db.clone(), sql.to_string());
-        let shared = {
-            let mut cache = self.shared.prepared.lock();
-            if !cache.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, &map)) {
-                cache.by_text.clear();
-                cache.map = Some(map.clone());
-            }
-            cache.by_text.get(&key).cloned()
-        };
+        // Longer texts are neither looked up nor shared (nor copied for a key).
+        let key = (sql.len() <= PREPARED_CACHE_TEXT_BYTES).then(|| (self.db.clone(), sql.to_string()));
+        let shared = key.as_ref().and_then(|k| self.shared.prepared.lock().of(&map).get(k).cloned());
         if let Some((p, columns)) = shared {
             let n = p.placeholders.len();
             return Ok((self.add_prepared(p), n, columns.to_vec()));
@@ -891,13 +900,12 @@ impl Session {
         // SELECT whose columns PREPARE could not learn (the probe failed, say for want of a
         // privilege) may learn them for another user. And only under the map it began with:
         // one that came meanwhile may have changed what the statement means.
-        if (!is_select || !columns.is_empty()) && sql.len() <= PREPARED_CACHE_TEXT_BYTES {
-            let mut cache = self.shared.prepared.lock();
-            if cache.map.as_ref().is_some_and(|m| Arc::ptr_eq(m, &map)) {
-                if cache.by_text.len() >= PREPARED_CACHE_ENTRIES {
-                    cache.by_text.clear();
+        if let Some(key) = key.filter(|_| !is_select || !columns.is_empty()) {
+            if let Some(cache) = self.shared.prepared.lock().of_current(&map) {
+                if cache.len() >= PREPARED_CACHE_ENTRIES {
+                    cache.clear();
                 }
-                cache.by_text.insert(key, (p.clone(), columns.as_slice().into()));
+                cache.insert(key, (p.clone(), columns.as_slice().into()));
             }
         }
         Ok((self.add_prepared(p), n, columns))
