@@ -81,7 +81,10 @@ const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// 2-core machine that gave 10–20% more reads and point selects than 4 (each message costs both
 /// ends a system call and the receiver a wake-up), and a lone caller waits for nobody; the cost
 /// is up to one more round trip when calls arrive while one is out on an idle machine. Reads
-/// never queue behind writes, which wait for their replication.
+/// never queue behind writes, which wait for their replication. The default of
+/// `ClientOptions::max_inflight_per_node`: `shoal bench kv` with 2 ran 6–11% fewer key reads
+/// and writes at 16 and 64 clients (benchmarks.md, "Thirty-sixth session"); the SQL node
+/// allows 2 (`shoal_sqlnode::client_options`).
 pub const MAX_INFLIGHT_PER_NODE: usize = 1;
 /// Calls waiting at a client's home replica of a node group before a lone key read as the
 /// primary goes to the next replica instead (see `Client::home_route`).
@@ -116,6 +119,9 @@ pub struct ClientOptions {
     /// How to reach the data nodes: their local sockets when they run in this network namespace
     /// (the default), or TCP always (`shoal_proto::grpc`, "Local sockets").
     pub transport: Transport,
+    /// Batched key-operation requests in flight to one data node per batcher before further
+    /// calls queue and merge ([`MAX_INFLIGHT_PER_NODE`] by default; at least one).
+    pub max_inflight_per_node: usize,
 }
 
 impl Default for ClientOptions {
@@ -126,6 +132,7 @@ impl Default for ClientOptions {
             read_any_replica: false,
             home_replica: false,
             transport: Transport::Auto,
+            max_inflight_per_node: MAX_INFLIGHT_PER_NODE,
         }
     }
 }
@@ -898,7 +905,7 @@ impl Client {
         self.per_address(&self.links.batchers, (id, read, writes), id, |conn| {
             let link = Arc::new(link::Link::<link::ExecuteCalls>::new(id, conn));
             Batcher::new(
-                MAX_INFLIGHT_PER_NODE,
+                self.inner.opts.max_inflight_per_node,
                 MAX_OPS_PER_REQUEST,
                 // A many-key or range read weighs a key each, as the data node counts it.
                 |r: &pb::BatchRequest| r.ops.iter().map(pb::Op::weight).sum(),
