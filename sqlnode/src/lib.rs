@@ -90,9 +90,9 @@ fn client_options() -> shoal_client::ClientOptions {
 /// node and the sysbench threads it answers take turns: with two, the data node reads the next
 /// batch while the worker answers the last. On 2 cores against one (`benches/ab_sysbench.sh`,
 /// medians; benchmarks.md, "Thirty-sixth session"): point selects at 16 threads +5% and +10%,
-/// at 256 +7%, at 1, 64 and 1024 even; `oltp_read_write` at 16 threads +4% and +8%, at 1 thread +24%
-/// (a statement's requests to one node no longer wait for each other), at 64 even. Three ran
-/// 5% fewer point selects at 16 threads than two.
+/// at 256 +7%, at 1, 64 and 1024 even; `oltp_read_write` at 16 threads +4% and +8%, at 1
+/// thread +24% (a statement's requests to one node no longer wait for each other), at 64
+/// even. Three ran 5% fewer point selects at 16 threads than two.
 const INFLIGHT_PER_NODE: usize = 2;
 
 /// The configured spin of node `args.id`; a config that cannot be read fails in `run`, with

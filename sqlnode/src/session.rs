@@ -80,12 +80,12 @@ impl<K, V> PerMap<K, V> {
 
 /// What PREPARE made of a statement text in a current database (`PreparedKey`), for one
 /// cluster map ([`PerMap`]), shared by every connection of the SQL node: the statement and the
-/// result columns PREPARE announced. A thousand
-/// sysbench connections prepare the same statements: PREPARE of a SELECT runs it once to learn
-/// its columns, a data-node round trip that a shared statement skips (1024 connections
-/// connected and prepared `oltp_read_write`'s statements in 3.3–3.4 s instead of 4.9–5.1), and
+/// result columns PREPARE announced. A thousand sysbench connections prepare the same
+/// statements: PREPARE of a SELECT runs it once to learn its columns, a data-node round trip
+/// that a shared statement skips (1024 sysbench threads connected, prepared
+/// `oltp_read_write`'s statements and ran one second in 4.32–4.43 s instead of 5.90–6.11), and
 /// every execution reads its prepared statement, one copy in the CPU's caches where there were
-/// a thousand (0.3–0.6 µs less user CPU per point select, benchmarks.md, "Thirty-fifth
+/// a thousand (0.3–0.6 µs less user CPU per point select; benchmarks.md, "Thirty-fifth
 /// session"). At most [`PREPARED_CACHE_ENTRIES`] entries, of texts up to
 /// [`PREPARED_CACHE_TEXT_BYTES`] (what a connection left behind is bounded); when full, it
 /// starts over.
