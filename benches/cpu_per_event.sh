@@ -53,10 +53,7 @@ measure() {
   local sbp=$!
   procs+=("sysbench:$sbp")
   sleep 2
-  local before=() p
-  for a in "${procs[@]}"; do before+=("$(cpu_of "${a#*:}")"); done
-  local idle0 t0 t1
-  idle0=$(idle_of) t0=$(date +%s.%N)
+  local before=() p idle0 t0 t1 perf_pid=""
   if [ -n "$TRACE" ]; then
     local traced=""
     for a in "${procs[@]}"; do [ "${a%%:*}" = "$TRACE" ] && traced=${a#*:}; done
@@ -65,16 +62,27 @@ measure() {
     for s in recvfrom sendto recvmsg sendmsg read write readv writev poll ppoll epoll_wait futex; do
       ev+=",syscalls:sys_enter_$s"
     done
-    timeout -s INT "$window" perf stat -x, -e "$ev" -p "$traced" -o "$work/perf.out" || true
-  else
-    sleep "$window"
+    # perf counts while its command runs, which starts once perf has attached to every thread
+    # (that takes a while with a thousand of them): the command says when, and the window
+    # starts then. The processes are sampled when the window ends, without waiting for perf to
+    # detach, while sysbench still runs.
+    rm -f "$work/attached"
+    mkfifo "$work/attached"
+    perf stat -x, -e "$ev" -p "$traced" -o "$work/perf.out" -- \
+      sh -c "echo >'$work/attached'; sleep $window" &
+    perf_pid=$!
+    read -r _ <"$work/attached"
   fi
+  for a in "${procs[@]}"; do before+=("$(cpu_of "${a#*:}")"); done
+  idle0=$(idle_of) t0=$(date +%s.%N)
+  sleep "$window"
   t1=$(date +%s.%N)
   local after=()
   for a in "${procs[@]}"; do after+=("$(cpu_of "${a#*:}")"); done
   local idle1
   idle1=$(idle_of)
-  wait "$sbp"
+  [ -z "$perf_pid" ] || wait "$perf_pid" || true
+  wait "$sbp" || { cat "$work/sb.out" >&2; exit 1; }
   # Events in the window: the per-second reports of the seconds it spans (tps, or qps for
   # point selects), not the whole run's average, which the warm-up and perf's own cost skew.
   local rate events hz i
