@@ -53,7 +53,7 @@ measure() {
   local sbp=$!
   procs+=("sysbench:$sbp")
   sleep 2
-  local before=() p idle0 t0 t1 perf_pid=""
+  local before=() idle0 t0 t1 perf_pid=""
   if [ -n "$TRACE" ]; then
     local traced=""
     for a in "${procs[@]}"; do [ "${a%%:*}" = "$TRACE" ] && traced=${a#*:}; done
@@ -65,13 +65,14 @@ measure() {
     # perf counts while its command runs, which starts once perf has attached to every thread
     # (that takes a while with a thousand of them): the command says when, and the window
     # starts then. The processes are sampled when the window ends, without waiting for perf to
-    # detach, while sysbench still runs.
+    # detach, while sysbench still runs. Opened read-write, the pipe does not block the open,
+    # and the read gives up if perf never starts its command.
     rm -f "$work/attached"
     mkfifo "$work/attached"
     perf stat -x, -e "$ev" -p "$traced" -o "$work/perf.out" -- \
       sh -c "echo >'$work/attached'; sleep $window" &
     perf_pid=$!
-    read -r _ <"$work/attached"
+    read -r -t 30 _ <>"$work/attached" || { echo "perf did not attach to $TRACE" >&2; exit 1; }
   fi
   for a in "${procs[@]}"; do before+=("$(cpu_of "${a#*:}")"); done
   idle0=$(idle_of) t0=$(date +%s.%N)
