@@ -73,6 +73,9 @@ start_shoal_edited() {
 # shoal_mysql_port DIR: the MySQL port of the first SQL node of the cluster start_shoal ran in DIR.
 shoal_mysql_port() { sed -n 's/.*mysql -h 127.0.0.1 -P \([0-9]*\).*/\1/p' "$1.log" | head -1; }
 
+# shoal_mysql_socket DIR: the Unix socket of that SQL node (empty if it has none).
+shoal_mysql_socket() { sed -n 's/.*: mysql -S \([^ ]*\) -u root$/\1/p' "$1.log" | head -1; }
+
 # shoal_sysbench_tables DIR: creates database sbtest on the cluster start_shoal ran in DIR, fills
 # sysbench's 4 tables x 10,000 rows, and sets `port` (the SQL node's MySQL port) and `sb` (the
 # sysbench options that reach those tables as root).

@@ -12,10 +12,15 @@
 # gives each point's median, with the range of the rounds' ratios: on a noisy host one run's
 # rate moves by a quarter or more, and "its own peak" taken as the best of five single runs is
 # biased upwards (the best of five noisy draws), which a median per thread count is not.
+# With --socket sysbench reaches both servers through their Unix sockets instead of loopback
+# TCP (MySQL clients' default for `localhost`); as root on both, since a socket client logs in
+# from localhost.
 #
-#   benches/sysbench_vs_mariadb.sh [seconds measured per run, default 10] [ROUNDS, default 1]
+#   benches/sysbench_vs_mariadb.sh [--socket] [seconds measured per run, default 10] [ROUNDS, default 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SOCKET=""
+[ "${1:-}" = --socket ] && { SOCKET=1; shift; }
 SECS=${1:-10}
 ROUNDS=${2:-1}
 POINT_THREADS=(1 16 64 256 1024)
@@ -35,13 +40,13 @@ warmup() {
   case $1 in 1) echo 2 ;; 16) echo 3 ;; 64) echo 5 ;; 256) echo 10 ;; *) echo 25 ;; esac
 }
 
-# one KIND THREADS NAME HOST PORT USER appends "<point|rw> <threads> <steady rate> <p99 ms>
+# one KIND THREADS NAME CONNECTION_OPTION... appends "<point|rw> <threads> <steady rate> <p99 ms>
 # <whole-run rate> <steal %>" to $work/NAME.txt.
 one() {
   local kind=$1 t=$2 name=$3 sb r before
+  shift 3
   before=$(cpu_jiffies)
-  sb=(--db-driver=mysql --mysql-host="$4" --mysql-port="$5" --mysql-user="$6" --mysql-db=sbtest
-    --tables=4 --table-size=10000 --threads="$t")
+  sb=(--db-driver=mysql "$@" --mysql-db=sbtest --tables=4 --table-size=10000 --threads="$t")
   if [ "$kind" = point ]; then
     r=$(sysbench_steady "$(warmup "$t")" "$SECS" oltp_point_select "${sb[@]}")
   else
@@ -60,12 +65,17 @@ mariadb -h 127.0.0.1 -P "$sport" -u root --skip-ssl -e "CREATE DATABASE sbtest"
 mport=$(free_port)
 start_mariadb "$work/mdb" "$mport" --innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=1G \
   --max-connections=2000 --transaction-isolation=REPEATABLE-READ
-S=(shoal 127.0.0.1 "$sport" root)
-M=(mariadb 127.0.0.1 "$mport" sb)
+if [ -n "$SOCKET" ]; then
+  S=(shoal --mysql-socket="$(shoal_mysql_socket "$work/shoal")" --mysql-user=root)
+  M=(mariadb --mysql-socket="$work/mdb.sock" --mysql-user=root)
+else
+  S=(shoal --mysql-host=127.0.0.1 --mysql-port="$sport" --mysql-user=root)
+  M=(mariadb --mysql-host=127.0.0.1 --mysql-port="$mport" --mysql-user=sb)
+fi
 for srv in S M; do
   declare -n server=$srv
-  sysbench oltp_read_write --db-driver=mysql --mysql-host="${server[1]}" --mysql-port="${server[2]}" \
-    --mysql-user="${server[3]}" --mysql-db=sbtest --tables=4 --table-size=10000 prepare >/dev/null
+  sysbench oltp_read_write --db-driver=mysql "${server[@]:1}" --mysql-db=sbtest --tables=4 --table-size=10000 \
+    prepare >/dev/null
   unset -n server
 done
 for _ in $(seq "$ROUNDS"); do
@@ -74,7 +84,7 @@ for _ in $(seq "$ROUNDS"); do
 done
 
 # The table: per point, the medians over the rounds (a single round: its numbers).
-python3 - "$work/shoal.txt" "$work/mariadb.txt" <<'PY'
+python3 - "$work/shoal.txt" "$work/mariadb.txt" "$SOCKET" <<'PY'
 import statistics, sys
 def load(path):
     points = {}
@@ -85,6 +95,7 @@ def load(path):
 shoal, maria = load(sys.argv[1]), load(sys.argv[2])
 rounds = len(next(iter(shoal.values())))
 med = lambda runs, i: statistics.median(r[i] for r in runs)
+print("Transport: " + ("Unix sockets" if sys.argv[3] else "loopback TCP") + ".\n")
 print("| workload | threads | Shoal (p99 ms) | MariaDB (p99 ms) | Shoal / MariaDB |"
       + (" rounds' ratios |" if rounds > 1 else "") + " whole run: Shoal / MariaDB | steal %: Shoal / MariaDB |")
 print("|---|---|---|---|---|" + ("---|" if rounds > 1 else "") + "---|---|")

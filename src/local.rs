@@ -61,6 +61,11 @@ impl LocalCluster {
         dir.join("cluster.toml")
     }
 
+    /// The full path of a SQL node's configured `socket` (relative to the cluster's directory).
+    pub fn socket_path(&self, socket: &str) -> PathBuf {
+        shoal_proto::config::path_from_config(&LocalCluster::config_path(&self.dir), socket)
+    }
+
     /// Opens the cluster in `dir`.
     pub fn open(dir: &Path) -> Result<LocalCluster> {
         let path = LocalCluster::config_path(dir);
@@ -115,6 +120,7 @@ impl LocalCluster {
                     threads: cores,
                     spread_after: shoal_proto::config::DEFAULT_SPREAD_AFTER,
                     spin_us: shoal_proto::config::DEFAULT_SQL_SPIN_US,
+                    socket: socket_in(dir, 51 + i),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -338,4 +344,12 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf> {
         }
     }
     bail!("{name} not found next to {} (build the workspace: cargo build)", me.display())
+}
+
+/// SQL node `id`'s Unix socket in `dir` (relative to it), or None where its full path would not
+/// fit a socket address (108 bytes on Linux): the node then listens on TCP alone.
+fn socket_in(dir: &Path, id: u32) -> Option<String> {
+    let name = format!("sqlnode-{id}.sock");
+    let full = std::path::absolute(dir.join(&name)).ok()?;
+    (full.as_os_str().len() < 100).then_some(name)
 }

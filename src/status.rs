@@ -115,14 +115,18 @@ fn to_json(
             .parse()
             .ok()
             .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok());
-        nodes.push(json!({
+        let mut o = json!({
             "id": sql.id,
             "kind": NodeKind::SqlNode.name(),
             "addr": sql.mysql_addr,
             "mysql": sql.mysql_addr,
             "pid": pid,
             "state": if pid.is_some() && listening { "up" } else if pid.is_some() { "starting" } else { "down" },
-        }));
+        });
+        if let (Some(l), Some(socket)) = (local, &sql.socket) {
+            o["socket"] = json!(l.socket_path(socket));
+        }
+        nodes.push(o);
     }
     json!({
         "epoch": state.epoch,

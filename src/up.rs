@@ -104,6 +104,9 @@ async fn supervise(cluster: &LocalCluster) -> Result<()> {
     for s in &cluster.config.sqlnode {
         let (host, port) = s.mysql_addr.rsplit_once(':').unwrap_or((&s.mysql_addr, "3306"));
         say!("sql node {}: mysql -h {host} -P {port} -u root", s.id);
+        if let Some(socket) = &s.socket {
+            say!("sql node {}: mysql -S {} -u root", s.id, cluster.socket_path(socket).display());
+        }
     }
     if !cluster.config.sqlnode.is_empty() {
         say!("users: root has no password on a fresh cluster; ALTER USER root IDENTIFIED BY '...' sets one (then add -p)");

@@ -307,6 +307,18 @@ fn debian_mysql_client_connects_and_runs_sql() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "name\nann\ntwo\n2\n");
+
+    // Through the SQL node's Unix socket (`mysql -S`), which `shoal status` names; a socket
+    // client logs in from `localhost`.
+    let status = cluster.status();
+    let socket =
+        TestCluster::node(&status, 51)["socket"].as_str().expect("the SQL node's socket in status").to_string();
+    let out = Command::new("mysql")
+        .args(["-S", &socket, "-u", "root", "--batch", "cli", "-e", "SELECT name FROM t WHERE id = 1; SELECT USER()"])
+        .output()
+        .expect("run mysql");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "name\nann\nUSER()\nroot@localhost\n");
 }
 
 /// CPU time (ns) so far of each of process `pid`'s threads named `sqlnode-N`: the SQL node's

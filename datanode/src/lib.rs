@@ -81,14 +81,6 @@ pub fn main_entry() {
     }
 }
 
-/// A data dir in the config is relative to the config file's directory.
-fn data_dir_of(config: &std::path::Path, dir: &str) -> PathBuf {
-    let d = std::path::Path::new(dir);
-    let base = config.parent().unwrap_or(std::path::Path::new("."));
-    let full = if d.is_absolute() { d.to_path_buf() } else { base.join(d) };
-    std::path::absolute(&full).unwrap_or(full)
-}
-
 fn incarnation() -> u64 {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
@@ -120,7 +112,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     // Restore this node's own files up to the global checkpoint mgmd recorded for it, before
     // joining: mgmd starts a node group from disk only with a node that restored the newest.
-    let data_dir = data_dir_of(&args.config, &me.data_dir);
+    let data_dir = shoal_proto::config::path_from_config(&args.config, &me.data_dir);
     if args.initial {
         for sub in ["lcp", "redo"] {
             let d = data_dir.join(sub);

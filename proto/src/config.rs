@@ -1,7 +1,7 @@
 //! The cluster configuration file (`cluster.toml`), NDB's config.ini counterpart. Every process
 //! reads the same file; `shoal up` writes one for a local cluster.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -181,6 +181,10 @@ pub struct SqlNodeConfig {
     /// (0: never spin); see `crate::spin`.
     #[serde(default = "default_sql_spin_us")]
     pub spin_us: u32,
+    /// A Unix socket where it also speaks the MySQL protocol (MySQL's `--socket`), for clients
+    /// on the same machine; relative to the config file's directory. None: TCP only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 /// The SQL node's default spin: with it, on 2 cores, sysbench ran 40–55% more point selects
@@ -269,6 +273,14 @@ fn listen_addr_on(addr: &str, host: Option<&str>) -> String {
         (Some(h), Some((_, port))) => format!("{h}:{port}"),
         _ => addr.to_string(),
     }
+}
+
+/// A path from the config file at `config`: relative ones are relative to the file's directory.
+pub fn path_from_config(config: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    let base = config.parent().unwrap_or(Path::new("."));
+    let full = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    std::path::absolute(&full).unwrap_or(full)
 }
 
 impl ClusterConfig {

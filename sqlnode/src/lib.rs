@@ -7,6 +7,7 @@ pub mod auth;
 pub mod error;
 pub mod exec;
 pub mod infoschema;
+mod listen;
 mod point;
 pub mod server;
 pub mod session;
@@ -25,10 +26,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use shoal_proto::config::ClusterConfig;
-use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::error::{code, SqlError};
+use crate::listen::Listeners;
 use crate::session::Shared;
 use crate::workers::Workers;
 
@@ -123,7 +124,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("node {} is not a [[sqlnode]] in {}", args.id, args.config.display()))?
         .clone();
     let listen = shoal_proto::config::listen_addr(&me.mysql_addr);
-    let listener = TcpListener::bind(&listen).await.with_context(|| format!("listen on {listen}"))?;
+    let socket = me.socket.as_deref().map(|s| shoal_proto::config::path_from_config(&args.config, s));
+    let listeners = Listeners::bind(&listen, socket.as_deref()).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     tracing::info!(id = me.id, "connecting to the cluster through mgmd {}", config.mgmd_addrs().join(","));
@@ -143,10 +145,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let workers = Workers::start(count, me.spread_after as usize, &shared.client, move || worker_runtime(spin_us))
         .context("start the workers")?;
     let slots = Arc::new(Semaphore::new(server::MAX_CONNECTIONS as usize));
-    tracing::info!(id = me.id, "sql node serving MySQL on {}", me.mysql_addr);
+    match &socket {
+        Some(s) => tracing::info!(id = me.id, "sql node serving MySQL on {} and {}", me.mysql_addr, s.display()),
+        None => tracing::info!(id = me.id, "sql node serving MySQL on {}", me.mysql_addr),
+    }
     loop {
         let (stream, peer) = tokio::select! {
-            a = listener.accept() => match a {
+            a = listeners.accept() => match a {
                 Ok(a) => a,
                 Err(e) => {
                     // Out of file descriptors and the like: wait a little, keep serving.
@@ -158,9 +163,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = term.recv() => break,
             _ = int.recv() => break,
         };
-        let _ = stream.set_nodelay(true);
         match slots.clone().try_acquire_owned() {
-            Ok(permit) => workers.serve(shared.clone(), stream, peer.to_string(), permit),
+            Ok(permit) => workers.serve(shared.clone(), stream, peer, permit),
             Err(_) => {
                 tokio::spawn(async move {
                     let _ = server::refuse(stream, &SqlError::new(code::TOO_MANY_CONNECTIONS, "Too many connections"))

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use shoal_client::Client;
-use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 
+use crate::listen::ClientStream;
 use crate::session::Shared;
 
 /// One worker: where its tasks run, its links to the data nodes, how many connections it serves.
@@ -57,21 +57,21 @@ impl Workers {
     }
 
     /// Serves a new connection on the worker [`pick`] chooses; `done` is dropped when it ends.
-    pub fn serve(&self, shared: Arc<Shared>, stream: TcpStream, peer: String, done: impl Send + 'static) {
+    pub fn serve(&self, shared: Arc<Shared>, stream: ClientStream, peer: String, done: impl Send + 'static) {
         let loads: Vec<usize> = self.workers.iter().map(|w| w.connections.load(Ordering::Relaxed)).collect();
         let worker = &self.workers[pick(&loads, self.spread_after)];
         let serving = Serving::new(worker.connections.clone());
         let client = worker.client.clone();
         // A socket belongs to the reactor of the runtime that registered it: handed over as a
         // std socket (still non-blocking) and registered again by the worker.
-        let stream = match stream.into_std() {
+        let stream = match stream.detach() {
             Ok(s) => s,
             Err(e) => return tracing::debug!(%peer, "hand the connection over: {e}"),
         };
         worker.runtime.spawn(async move {
             let _serving = serving;
             let _done = done;
-            let stream = match TcpStream::from_std(stream) {
+            let stream = match stream.attach() {
                 Ok(s) => s,
                 Err(e) => return tracing::debug!(%peer, "take the connection over: {e}"),
             };

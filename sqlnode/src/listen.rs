@@ -1,0 +1,178 @@
+//! Where MySQL clients connect: the TCP address (`mysql_addr`) and, when configured, a Unix
+//! socket (`socket`, MySQL's `--socket`) for clients on the same machine.
+//!
+//! Why a socket: on loopback TCP every answer runs the receiver's whole TCP stack (and, where
+//! Docker is installed, netfilter's connection tracking) inside the sender's `sendto`; a Unix
+//! socket hands the bytes over directly. A SQL node's worker serves many connections on one
+//! thread, so what each answer costs it bounds its rate (benchmarks.md, "Thirty-eighth
+//! session").
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use anyhow::{bail, Context as _};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+/// The peer host of a socket client, as MySQL names it for account matching.
+const SOCKET_PEER: &str = "localhost";
+
+/// A client's connection, over either transport.
+pub enum ClientStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// A [`ClientStream`] detached from its runtime's reactor, to hand to another worker.
+pub enum DetachedStream {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl ClientStream {
+    pub fn detach(self) -> io::Result<DetachedStream> {
+        Ok(match self {
+            ClientStream::Tcp(s) => DetachedStream::Tcp(s.into_std()?),
+            ClientStream::Unix(s) => DetachedStream::Unix(s.into_std()?),
+        })
+    }
+}
+
+impl DetachedStream {
+    /// Registers the socket with the current runtime's reactor (it stays non-blocking).
+    pub fn attach(self) -> io::Result<ClientStream> {
+        Ok(match self {
+            DetachedStream::Tcp(s) => ClientStream::Tcp(TcpStream::from_std(s)?),
+            DetachedStream::Unix(s) => ClientStream::Unix(UnixStream::from_std(s)?),
+        })
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The SQL node's listeners. Dropping them removes the socket file.
+pub struct Listeners {
+    tcp: TcpListener,
+    unix: Option<(UnixListener, PathBuf)>,
+}
+
+impl Listeners {
+    /// Listens on `tcp` and, if given, on the Unix socket `socket`. A socket file left behind
+    /// by a node that is gone is replaced; one where a server still answers is an error.
+    pub async fn bind(tcp: &str, socket: Option<&Path>) -> anyhow::Result<Listeners> {
+        let tcp = TcpListener::bind(tcp).await.with_context(|| format!("listen on {tcp}"))?;
+        let unix = match socket {
+            Some(path) => Some((bind_socket(path)?, path.to_path_buf())),
+            None => None,
+        };
+        Ok(Listeners { tcp, unix })
+    }
+
+    /// The next client, and its peer host (`localhost` for the socket).
+    pub async fn accept(&self) -> io::Result<(ClientStream, String)> {
+        let Some((unix, _)) = &self.unix else {
+            let (s, peer) = self.tcp.accept().await?;
+            return Ok((tcp_client(s), peer.to_string()));
+        };
+        tokio::select! {
+            a = self.tcp.accept() => a.map(|(s, peer)| (tcp_client(s), peer.to_string())),
+            a = unix.accept() => a.map(|(s, _)| (ClientStream::Unix(s), SOCKET_PEER.to_string())),
+        }
+    }
+}
+
+fn tcp_client(s: TcpStream) -> ClientStream {
+    // Answers go out as soon as they are written (they are written whole).
+    let _ = s.set_nodelay(true);
+    ClientStream::Tcp(s)
+}
+
+impl Drop for Listeners {
+    fn drop(&mut self) {
+        if let Some((_, path)) = &self.unix {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!("another server listens on the socket {}", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("remove the stale socket {}", path.display()))?;
+    }
+    UnixListener::bind(path).with_context(|| format!("listen on the socket {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+        let dir = std::env::temp_dir().join(format!("shoal-listen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        // A node killed with SIGKILL leaves its socket file behind.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let live = Listeners::bind("127.0.0.1:0", Some(&path)).await.expect("replaces the stale socket");
+        let err = Listeners::bind("127.0.0.1:0", Some(&path)).await.err().expect("a live socket is refused");
+        assert!(err.to_string().contains("another server listens"), "{err}");
+        // A client on the socket is served as coming from localhost.
+        let _c = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        let (stream, peer) = live.accept().await.unwrap();
+        assert!(matches!(stream, ClientStream::Unix(_)) && peer == SOCKET_PEER);
+        drop(live);
+        assert!(!path.exists(), "the socket file goes with the listeners");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
