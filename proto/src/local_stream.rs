@@ -29,7 +29,11 @@ pub struct LocalStream {
 impl LocalStream {
     /// Takes over a connected socket from tokio (deregistering it from tokio's own stream).
     pub fn new(s: tokio::net::UnixStream) -> io::Result<LocalStream> {
-        let s = s.into_std()?;
+        LocalStream::from_std(s.into_std()?)
+    }
+
+    /// Registers a connected socket with the current runtime's reactor.
+    pub fn from_std(s: StdUnixStream) -> io::Result<LocalStream> {
         s.set_nonblocking(true)?;
         Ok(LocalStream { socket: register(s, Interest::READABLE)?, room: None })
     }

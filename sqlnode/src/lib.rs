@@ -167,6 +167,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Ok(permit) => workers.serve(shared.clone(), stream, peer, permit),
             Err(_) => {
                 tokio::spawn(async move {
+                    let Ok(stream) = stream.attach() else { return };
                     let _ = server::refuse(stream, &SqlError::new(code::TOO_MANY_CONNECTIONS, "Too many connections"))
                         .await;
                 });

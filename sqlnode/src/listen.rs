@@ -9,21 +9,18 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use anyhow::{bail, Context as _};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use shoal_proto::local_stream::LocalStream;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// The peer host of a socket client, as MySQL names it for account matching.
 const SOCKET_PEER: &str = "localhost";
 
-/// A client's connection, over either transport.
-pub enum ClientStream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
+/// A client's connection, over either transport. Over the socket it is a [`LocalStream`]: it
+/// wakes the worker only for data, where tokio's `UnixStream` would also wake it each time the
+/// client reads an answer (room to write).
+use shoal_proto::grpc::Conn as ClientStream;
 
 /// A [`ClientStream`] detached from its runtime's reactor, to hand to another worker.
 pub enum DetachedStream {
@@ -31,69 +28,13 @@ pub enum DetachedStream {
     Unix(std::os::unix::net::UnixStream),
 }
 
-impl ClientStream {
-    pub fn detach(self) -> io::Result<DetachedStream> {
-        Ok(match self {
-            ClientStream::Tcp(s) => DetachedStream::Tcp(s.into_std()?),
-            ClientStream::Unix(s) => DetachedStream::Unix(s.into_std()?),
-        })
-    }
-}
-
 impl DetachedStream {
     /// Registers the socket with the current runtime's reactor (it stays non-blocking).
     pub fn attach(self) -> io::Result<ClientStream> {
         Ok(match self {
             DetachedStream::Tcp(s) => ClientStream::Tcp(TcpStream::from_std(s)?),
-            DetachedStream::Unix(s) => ClientStream::Unix(UnixStream::from_std(s)?),
+            DetachedStream::Unix(s) => ClientStream::Unix(LocalStream::from_std(s)?),
         })
-    }
-}
-
-impl AsyncRead for ClientStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for ClientStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ClientStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            ClientStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ClientStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            ClientStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientStream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
     }
 }
 
@@ -115,23 +56,28 @@ impl Listeners {
         Ok(Listeners { tcp, unix })
     }
 
-    /// The next client, and its peer host (`localhost` for the socket).
-    pub async fn accept(&self) -> io::Result<(ClientStream, String)> {
+    /// The next client, detached for the worker that will serve it, and its peer host
+    /// (`localhost` for the socket).
+    pub async fn accept(&self) -> io::Result<(DetachedStream, String)> {
         let Some((unix, _)) = &self.unix else {
             let (s, peer) = self.tcp.accept().await?;
-            return Ok((tcp_client(s), peer.to_string()));
+            return Ok((tcp_client(s)?, peer.to_string()));
         };
         tokio::select! {
-            a = self.tcp.accept() => a.map(|(s, peer)| (tcp_client(s), peer.to_string())),
-            a = unix.accept() => a.map(|(s, _)| (ClientStream::Unix(s), SOCKET_PEER.to_string())),
+            a = self.tcp.accept() => { let (s, peer) = a?; Ok((tcp_client(s)?, peer.to_string())) }
+            a = unix.accept() => Ok((unix_client(a?.0)?, SOCKET_PEER.to_string())),
         }
     }
 }
 
-fn tcp_client(s: TcpStream) -> ClientStream {
+fn tcp_client(s: TcpStream) -> io::Result<DetachedStream> {
     // Answers go out as soon as they are written (they are written whole).
     let _ = s.set_nodelay(true);
-    ClientStream::Tcp(s)
+    Ok(DetachedStream::Tcp(s.into_std()?))
+}
+
+fn unix_client(s: UnixStream) -> io::Result<DetachedStream> {
+    Ok(DetachedStream::Unix(s.into_std()?))
 }
 
 impl Drop for Listeners {
@@ -170,7 +116,8 @@ mod tests {
         // A client on the socket is served as coming from localhost.
         let _c = std::os::unix::net::UnixStream::connect(&path).unwrap();
         let (stream, peer) = live.accept().await.unwrap();
-        assert!(matches!(stream, ClientStream::Unix(_)) && peer == SOCKET_PEER);
+        assert!(matches!(stream, DetachedStream::Unix(_)) && peer == SOCKET_PEER);
+        assert!(matches!(stream.attach().unwrap(), ClientStream::Unix(_)));
         drop(live);
         assert!(!path.exists(), "the socket file goes with the listeners");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use shoal_client::Client;
 use tokio::runtime::Handle;
 
-use crate::listen::ClientStream;
+use crate::listen::DetachedStream;
 use crate::session::Shared;
 
 /// One worker: where its tasks run, its links to the data nodes, how many connections it serves.
@@ -57,17 +57,13 @@ impl Workers {
     }
 
     /// Serves a new connection on the worker [`pick`] chooses; `done` is dropped when it ends.
-    pub fn serve(&self, shared: Arc<Shared>, stream: ClientStream, peer: String, done: impl Send + 'static) {
+    pub fn serve(&self, shared: Arc<Shared>, stream: DetachedStream, peer: String, done: impl Send + 'static) {
         let loads: Vec<usize> = self.workers.iter().map(|w| w.connections.load(Ordering::Relaxed)).collect();
         let worker = &self.workers[pick(&loads, self.spread_after)];
         let serving = Serving::new(worker.connections.clone());
         let client = worker.client.clone();
-        // A socket belongs to the reactor of the runtime that registered it: handed over as a
-        // std socket (still non-blocking) and registered again by the worker.
-        let stream = match stream.detach() {
-            Ok(s) => s,
-            Err(e) => return tracing::debug!(%peer, "hand the connection over: {e}"),
-        };
+        // A socket belongs to the reactor of the runtime that registered it: it comes as a
+        // std socket (still non-blocking) and the worker registers it.
         worker.runtime.spawn(async move {
             let _serving = serving;
             let _done = done;
