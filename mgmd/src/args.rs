@@ -39,10 +39,7 @@ impl MgmdOptions {
             .iter()
             .find(|m| m.id == id)
             .ok_or_else(|| anyhow!("the config has no [[mgmd]] with id {id}"))?;
-        let dir = Path::new(&me.data_dir);
-        let data_dir = if dir.is_absolute() { dir.to_path_buf() } else { config_dir.join(dir) };
-        // Absolute, so logs and errors name files unambiguously whatever the working dir.
-        let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
+        let data_dir = shoal_proto::config::path_in(config_dir, &me.data_dir);
         Ok(MgmdOptions { id, addr: me.addr.clone(), data_dir, config, snapshot_every_logs: SNAPSHOT_EVERY_LOGS })
     }
 }

@@ -277,9 +277,14 @@ fn listen_addr_on(addr: &str, host: Option<&str>) -> String {
 
 /// A path from the config file at `config`: relative ones are relative to the file's directory.
 pub fn path_from_config(config: &Path, path: &str) -> PathBuf {
+    path_in(config.parent().unwrap_or(Path::new(".")), path)
+}
+
+/// `path` taken from `dir` when relative, made absolute so that logs and errors name files
+/// unambiguously whatever the working directory.
+pub fn path_in(dir: &Path, path: &str) -> PathBuf {
     let p = Path::new(path);
-    let base = config.parent().unwrap_or(Path::new("."));
-    let full = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    let full = if p.is_absolute() { p.to_path_buf() } else { dir.join(p) };
     std::path::absolute(&full).unwrap_or(full)
 }
 

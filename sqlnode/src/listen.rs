@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use shoal_proto::local_stream::LocalStream;
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 
 /// The peer host of a socket client, as MySQL names it for account matching.
 const SOCKET_PEER: &str = "localhost";
@@ -59,25 +59,22 @@ impl Listeners {
     /// The next client, detached for the worker that will serve it, and its peer host
     /// (`localhost` for the socket).
     pub async fn accept(&self) -> io::Result<(DetachedStream, String)> {
-        let Some((unix, _)) = &self.unix else {
-            let (s, peer) = self.tcp.accept().await?;
-            return Ok((tcp_client(s)?, peer.to_string()));
+        let unix = async {
+            match &self.unix {
+                Some((l, _)) => l.accept().await,
+                None => std::future::pending().await,
+            }
         };
         tokio::select! {
-            a = self.tcp.accept() => { let (s, peer) = a?; Ok((tcp_client(s)?, peer.to_string())) }
-            a = unix.accept() => Ok((unix_client(a?.0)?, SOCKET_PEER.to_string())),
+            a = self.tcp.accept() => {
+                let (s, peer) = a?;
+                // Answers go out as soon as they are written (they are written whole).
+                let _ = s.set_nodelay(true);
+                Ok((DetachedStream::Tcp(s.into_std()?), peer.to_string()))
+            }
+            a = unix => Ok((DetachedStream::Unix(a?.0.into_std()?), SOCKET_PEER.to_string())),
         }
     }
-}
-
-fn tcp_client(s: TcpStream) -> io::Result<DetachedStream> {
-    // Answers go out as soon as they are written (they are written whole).
-    let _ = s.set_nodelay(true);
-    Ok(DetachedStream::Tcp(s.into_std()?))
-}
-
-fn unix_client(s: UnixStream) -> io::Result<DetachedStream> {
-    Ok(DetachedStream::Unix(s.into_std()?))
 }
 
 impl Drop for Listeners {
