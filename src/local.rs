@@ -350,6 +350,5 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf> {
 /// fit a socket address (108 bytes on Linux): the node then listens on TCP alone.
 fn socket_in(dir: &Path, id: u32) -> Option<String> {
     let name = format!("sqlnode-{id}.sock");
-    let full = std::path::absolute(dir.join(&name)).ok()?;
-    (full.as_os_str().len() < 100).then_some(name)
+    (shoal_proto::config::path_in(dir, &name).as_os_str().len() < 100).then_some(name)
 }

@@ -85,8 +85,11 @@ impl Drop for Listeners {
     }
 }
 
+/// Binds the socket at `path`. Only a socket file nobody answers on is removed first: any
+/// other file there (a mistyped path in the config) is left alone and the bind fails.
 fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
-    if path.exists() {
+    use std::os::unix::fs::FileTypeExt as _;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             bail!("another server listens on the socket {}", path.display());
         }
@@ -100,7 +103,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+    async fn a_stale_socket_is_replaced_a_live_one_refused_and_other_files_kept() {
         let dir = std::env::temp_dir().join(format!("shoal-listen-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s.sock");
@@ -117,6 +120,10 @@ mod tests {
         assert!(matches!(stream.attach().unwrap(), ClientStream::Unix(_)));
         drop(live);
         assert!(!path.exists(), "the socket file goes with the listeners");
+        // A file that is no socket is never removed.
+        std::fs::write(&path, b"data").unwrap();
+        assert!(Listeners::bind("127.0.0.1:0", Some(&path)).await.is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"data");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
