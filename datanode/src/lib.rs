@@ -53,11 +53,7 @@ pub struct Args {
 
 pub fn main_entry() {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    shoal_proto::logging::init("info", false);
     // A config that cannot be read fails in `run`, with the reason.
     let (threads, spin_us, await_spin_us) = ClusterConfig::load(&args.config)
         .ok()

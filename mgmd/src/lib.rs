@@ -54,14 +54,7 @@ pub async fn run(args: MgmdArgs) -> anyhow::Result<()> {
 /// `info`) and a two-thread runtime, runs, and exits 0 on a clean shutdown, 1 on error.
 pub fn main_entry() {
     let args = MgmdArgs::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    // Logs go to stderr, colored only on a terminal so log files stay plain text.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    shoal_proto::logging::init(DEFAULT_LOG_FILTER, true);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKER_THREADS)
         .enable_all()

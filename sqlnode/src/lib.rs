@@ -46,12 +46,7 @@ pub struct Args {
 
 pub fn main_entry() {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    shoal_proto::logging::init("info", false);
     // Worker 0, which accepts connections, runs on a thread of our own with the stack the
     // parser's depth limit assumes; `run` starts the others (see `workers`).
     let sql = std::thread::Builder::new().name("sqlnode".into()).stack_size(sql::parse::WORKER_STACK_BYTES);

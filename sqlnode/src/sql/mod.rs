@@ -141,6 +141,32 @@ mod robustness {
         );
     }
 
+    /// The next number of a xorshift sequence (state `x`, never 0).
+    fn xorshift(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    /// `base` with `edits` random edits, each deleting, replacing or inserting one character
+    /// (from `alphabet`) at a random place.
+    fn mutate(base: &str, edits: u64, x: &mut u64, alphabet: &[char]) -> String {
+        let mut chars: Vec<char> = base.chars().collect();
+        for _ in 0..edits {
+            let pos = (xorshift(x) as usize) % (chars.len() + 1);
+            let c = alphabet[(xorshift(x) as usize) % alphabet.len()];
+            match xorshift(x) % 3 {
+                0 if pos < chars.len() => {
+                    chars.remove(pos);
+                }
+                1 if pos < chars.len() => chars[pos] = c,
+                _ => chars.insert(pos, c),
+            }
+        }
+        chars.into_iter().collect()
+    }
+
     /// Mutated queries over two tables never panic the planner or the executor.
     #[test]
     fn mutated_queries_never_panic() {
@@ -149,30 +175,13 @@ mod robustness {
         let catalog = catalog();
         let env = Env { version: "8.0.36-shoal".into(), ..Env::default() };
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
         let alphabet: Vec<char> = "()',*+-/<>=! ?.0123abxyt12ANDORNOTIN".chars().collect();
         let mut ran = 0;
         for base in QUERIES {
             for round in 0..2000 {
-                let mut chars: Vec<char> = base.chars().collect();
                 // The first round of each query runs it as written.
-                for _ in 0..if round == 0 { 0 } else { 1 + next() % 3 } {
-                    let pos = (next() as usize) % (chars.len() + 1);
-                    let c = alphabet[(next() as usize) % alphabet.len()];
-                    match next() % 3 {
-                        0 if pos < chars.len() => {
-                            chars.remove(pos);
-                        }
-                        1 if pos < chars.len() => chars[pos] = c,
-                        _ => chars.insert(pos, c),
-                    }
-                }
-                let sql: String = chars.into_iter().collect();
+                let edits = if round == 0 { 0 } else { 1 + xorshift(&mut x) % 3 };
+                let sql = mutate(base, edits, &mut x, &alphabet);
                 let Ok(Statement::Query(q)) = parse_one(&sql) else { continue };
                 let planner = Planner::new(&env, &catalog);
                 let Ok(plan) = planner.query(&q, &sql, &[], None) else {
@@ -197,28 +206,11 @@ mod robustness {
     fn mutated_sql_never_panics() {
         let env = Env { version: "8.0.36-shoal".into(), ..Env::default() };
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
         let alphabet: Vec<char> = "()',;*+-/%<>=!`\"\\ ?.0123456789eE@aAzZ_é\u{0}\n".chars().collect();
         for base in CORPUS {
             for _ in 0..300 {
-                let mut chars: Vec<char> = base.chars().collect();
-                for _ in 0..(1 + next() % 4) {
-                    let pos = (next() as usize) % (chars.len() + 1);
-                    let c = alphabet[(next() as usize) % alphabet.len()];
-                    match next() % 3 {
-                        0 if pos < chars.len() => {
-                            chars.remove(pos);
-                        }
-                        1 if pos < chars.len() => chars[pos] = c,
-                        _ => chars.insert(pos, c),
-                    }
-                }
-                let sql: String = chars.into_iter().collect();
+                let edits = 1 + xorshift(&mut x) % 4;
+                let sql = mutate(base, edits, &mut x, &alphabet);
                 let _ = classify(&sql);
                 let _ = select_item_texts(&sql);
                 let at = placeholders(&sql);
