@@ -37,6 +37,7 @@ use parking_lot::Mutex;
 use shoal_proto::pb;
 use shoal_proto::{ErrorCode, NodeId, NodeState, PartitionId, ShoalError, TableId};
 
+use crate::gcp::Stamp;
 use crate::node::Node;
 use crate::ops::{self, Answer, Op, OpKind};
 use crate::partition::{LockMode, Partition};
@@ -732,13 +733,7 @@ pub async fn commit_as_tc(
     };
     if parts.len() == 1 {
         let (&primary, _) = by_node.iter().next().expect("one part, one node");
-        let stamp = match node.durability.begin_commit(parts[0].1).await {
-            Ok(s) => s,
-            Err(e) => {
-                abort_everywhere(node, txn, &by_node).await;
-                return Err(aborted(format!("cannot stamp the commit: {e}")));
-            }
-        };
+        let stamp = stamp_or_abort(node, txn, parts[0].1, &by_node).await?;
         let gci = stamp.gci;
         let writes = execute.remove(&primary);
         let rode = writes.is_some();
@@ -772,13 +767,7 @@ pub async fn commit_as_tc(
         });
     }
     // 2. Decide and record the decision where a TC take-over finds it.
-    let stamp = match node.durability.begin_commit(parts[0].1).await {
-        Ok(s) => s,
-        Err(e) => {
-            abort_everywhere(node, txn, &by_node).await;
-            return Err(aborted(format!("cannot stamp the commit: {e}")));
-        }
-    };
+    let stamp = stamp_or_abort(node, txn, parts[0].1, &by_node).await?;
     let gci = stamp.gci;
     let given_up = {
         let mut d = node.txns.decisions.lock();
@@ -923,6 +912,24 @@ fn group_by_primary(
         out.entry(primary).or_default().push((t, p));
     }
     Ok(out)
+}
+
+/// The commit's GCI stamp (`Durability::begin_commit`, on `partition`'s redo log). A
+/// transaction that cannot be stamped (the node is stopping, or the redo log cannot take the
+/// commit) is aborted everywhere.
+async fn stamp_or_abort<'n>(
+    node: &'n Arc<Node>,
+    txn: u64,
+    partition: PartitionId,
+    by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>,
+) -> Result<Stamp<'n>, ShoalError> {
+    match node.durability.begin_commit(partition).await {
+        Ok(stamp) => Ok(stamp),
+        Err(e) => {
+            abort_everywhere(node, txn, by_node).await;
+            Err(aborted(format!("cannot stamp the commit: {e}")))
+        }
+    }
 }
 
 async fn abort_everywhere(node: &Arc<Node>, txn: u64, by_node: &BTreeMap<NodeId, Vec<(TableId, PartitionId)>>) {
