@@ -16,6 +16,7 @@ pub mod grpc;
 pub mod grpc_stream;
 pub mod hash;
 pub mod local_stream;
+#[cfg(feature = "logging")]
 pub mod logging;
 pub mod packed_rows;
 pub mod spin;
