@@ -21,4 +21,13 @@ impl Client {
         let resp = self.catalog_change(req, |mut c, r| async move { c.replace_table(r).await }).await?;
         table_of(resp)
     }
+
+    /// Renames tables, each `(from, to)` in order, all or none, in one catalog change (RENAME
+    /// TABLE): the rows and indexes stay where they are. Returns the last table renamed.
+    pub async fn rename_tables(&self, renames: &[(String, String)]) -> Result<Table> {
+        let renames = renames.iter().map(|(from, to)| pb::TableRename { from: from.clone(), to: to.clone() }).collect();
+        let req = pb::RenameTablesRequest { renames };
+        let resp = self.catalog_change(req, |mut c, r| async move { c.rename_tables(r).await }).await?;
+        table_of(resp)
+    }
 }

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 
 use crate::leader::{Heartbeat, Leader};
 use crate::raft::{raft_id, Consensus};
-use crate::state::{Command, CommandResult};
+use crate::state::{Command, CommandResult, MAX_RENAMES};
 
 /// Cluster maps queued per watcher. The watch channel underneath keeps only the newest map,
 /// so a slow watcher skips epochs instead of growing a queue.
@@ -296,6 +296,23 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         } else {
             tracing::info!(table = %r.table, with = %r.with, "replace table");
             self.on_leader(Command::ReplaceTable { table: r.table, with: r.with }).await
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn rename_tables(
+        &self,
+        req: Request<pb::RenameTablesRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = if r.renames.is_empty() || r.renames.len() > MAX_RENAMES {
+            Err(invalid(format!("a rename names 1..={MAX_RENAMES} tables")))
+        } else if r.renames.iter().any(|x| table_name_bad(&x.from) || table_name_bad(&x.to)) {
+            Err(bad_table_name())
+        } else {
+            let renames: Vec<(String, String)> = r.renames.into_iter().map(|x| (x.from, x.to)).collect();
+            tracing::info!(?renames, "rename tables");
+            self.on_leader(Command::RenameTables { renames }).await
         };
         Ok(self.admin(res))
     }

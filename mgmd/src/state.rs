@@ -21,6 +21,9 @@ pub const MAX_ROLLED_BACK: usize = 16;
 /// Most tables in one cluster.
 pub const MAX_TABLES: usize = 4096;
 
+/// Most renames in one `RenameTables` command (one RENAME TABLE statement).
+pub const MAX_RENAMES: usize = 64;
+
 /// The newest global checkpoint any data node of `group` can restore from its files.
 fn newest_restorable(cluster: &ClusterState, group: u32) -> u64 {
     cluster
@@ -98,6 +101,13 @@ pub enum Command {
         table: String,
         with: String,
     },
+    /// RENAME TABLE: each `(from, to)` in order (a later pair may take a name an earlier one
+    /// freed, so `a TO tmp, b TO a, tmp TO b` swaps), all or none. Only names change: the table
+    /// id, and with it every row and index the data nodes hold, stays. Unique indexes' hidden
+    /// tables follow their table into another database.
+    RenameTables {
+        renames: Vec<(String, String)>,
+    },
     /// Moves primaries back to their preferred nodes, where those are up and complete.
     Rebalance,
     /// Global checkpoint `gci` is on disk on every live data node; `restorable` are the nodes
@@ -143,6 +153,7 @@ impl Command {
             Command::DropIndex { .. } => "drop-index",
             Command::SetReadOnly { .. } => "set-read-only",
             Command::ReplaceTable { .. } => "replace-table",
+            Command::RenameTables { .. } => "rename-tables",
             Command::Rebalance => "rebalance",
             Command::GciComplete { .. } => "gci-complete",
             Command::CreateUsers { .. } => "create-users",
@@ -242,6 +253,7 @@ impl Model {
             Command::DropIndex { table, name, if_exists } => self.drop_index(&table, &name, if_exists),
             Command::SetReadOnly { table, read_only } => self.set_read_only(&table, read_only),
             Command::ReplaceTable { table, with } => self.replace_table(&table, &with),
+            Command::RenameTables { renames } => self.rename_tables(&renames),
             Command::Rebalance => self.rebalance(),
             Command::GciComplete { .. }
             | Command::CreateUsers { .. }
@@ -777,6 +789,42 @@ impl Model {
         Ok(Outcome { epoch: 0, table: Some(out), ..Outcome::default() })
     }
 
+    /// See [`Command::RenameTables`]. `apply` restores the map when one rename fails.
+    fn rename_tables(&mut self, renames: &[(String, String)]) -> CommandResult {
+        self.config()?;
+        if renames.is_empty() || renames.len() > MAX_RENAMES {
+            return Err(err(ErrorCode::InvalidArgument, format!("a rename names 1..={MAX_RENAMES} tables")));
+        }
+        let mut out = None;
+        for (from, to) in renames {
+            let t = self.table_mut(from)?;
+            if t.read_only {
+                // An ALTER TABLE is copying it and will swap its copy in under the old name.
+                return Err(err(ErrorCode::SchemaChanged, format!("table {from} is being altered")));
+            }
+            let (id, old) = (t.id, t.clone());
+            // A name may change its case only (names compare case-insensitively).
+            if !from.eq_ignore_ascii_case(to) && self.cluster.table(to).is_some() {
+                return Err(err(ErrorCode::TableExists, format!("table {to} already exists")));
+            }
+            let t = self.table_mut(from)?;
+            t.spec.name = to.clone();
+            t.schema_version += 1;
+            let new = t.clone();
+            for ix in old.unique_indexes() {
+                let (was, now) = (old.unique_table_name(ix), new.unique_table_name(ix));
+                if let Some(h) =
+                    self.cluster.tables.iter_mut().find(|h| h.id != id && h.spec.name.eq_ignore_ascii_case(&was))
+                {
+                    h.spec.name = now;
+                    h.schema_version += 1;
+                }
+            }
+            out = Some(new);
+        }
+        Ok(Outcome { epoch: 0, table: out, ..Outcome::default() })
+    }
+
     fn drop_index(&mut self, table: &str, name: &str, if_exists: bool) -> CommandResult {
         self.config()?;
         let t = self.table_mut(table)?;
@@ -1265,6 +1313,57 @@ mod tests {
         let missing = Command::ReplaceTable { table: "d.t".into(), with: "d.nope".into() };
         assert_eq!(m.apply(missing).unwrap_err().code, ErrorCode::NoSuchTable);
         assert_eq!(m.cluster.tables.len(), 2, "a failed command changes nothing");
+    }
+
+    #[test]
+    fn rename_tables_keeps_ids_and_moves_hidden_tables() {
+        let mut m = started(1, 2);
+        let spec = |name: &str| TableSpec {
+            name: name.into(),
+            columns: vec![Column::new("k", ColumnType::Int), Column::new("u", ColumnType::Int).nullable()],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let unique = IndexSpec { id: 0, name: "u".into(), columns: vec![1], unique: true, prefix_lens: vec![] };
+        let create = |name: &str, indexes: Vec<IndexSpec>| Command::CreateTable {
+            spec: spec(name),
+            if_not_exists: false,
+            indexes,
+        };
+        let rename = |pairs: &[(&str, &str)]| Command::RenameTables {
+            renames: pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+        };
+        let a = m.apply(create("d.a", vec![unique.clone()])).unwrap().table.unwrap();
+        let b = m.apply(create("d.b", vec![])).unwrap().table.unwrap();
+        // Into another database: the hidden table follows, the ids stay.
+        let epoch = m.cluster.epoch;
+        let out = m.apply(rename(&[("d.A", "e.a2")])).unwrap().table.unwrap();
+        assert_eq!(m.cluster.epoch, epoch + 1, "one map change");
+        assert_eq!((out.id, out.spec.name.as_str()), (a.id, "e.a2"));
+        assert_eq!(out.schema_version, a.schema_version + 1);
+        let hidden = m.cluster.table(&out.unique_table_name(&out.indexes[0])).expect("hidden table moved");
+        assert_eq!(hidden.spec.name, format!("e.#unique-{}-1", a.id));
+        assert!(m.cluster.table(&a.unique_table_name(&a.indexes[0])).is_none());
+        assert_eq!(m.cluster.tables.len(), 3);
+        // A swap through a free name, in one command.
+        m.apply(rename(&[("e.a2", "d.tmp"), ("d.b", "e.a2"), ("d.tmp", "d.b")])).unwrap();
+        assert_eq!(m.cluster.table("e.a2").unwrap().id, b.id);
+        assert_eq!(m.cluster.table("d.b").unwrap().id, a.id);
+        // Only the case of a name may change onto itself.
+        m.apply(rename(&[("d.b", "d.B")])).unwrap();
+        assert_eq!(m.cluster.table_by_id(a.id).unwrap().spec.name, "d.B");
+        // Errors leave everything as it was, also renames before the failing one.
+        let before = m.cluster.clone();
+        let taken = m.apply(rename(&[("d.b", "d.c"), ("e.a2", "d.c")])).unwrap_err();
+        assert_eq!(taken.code, ErrorCode::TableExists);
+        let missing = m.apply(rename(&[("d.b", "d.c"), ("d.nope", "d.x")])).unwrap_err();
+        assert_eq!(missing.code, ErrorCode::NoSuchTable);
+        assert_eq!(m.apply(rename(&[])).unwrap_err().code, ErrorCode::InvalidArgument);
+        m.apply(Command::SetReadOnly { table: "d.b".into(), read_only: true }).unwrap();
+        let altered = m.apply(rename(&[("d.b", "d.c")])).unwrap_err();
+        assert_eq!(altered.code, ErrorCode::SchemaChanged, "a table an ALTER is copying keeps its name");
+        m.apply(Command::SetReadOnly { table: "d.b".into(), read_only: false }).unwrap();
+        assert_eq!(m.cluster.tables, before.tables);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub mod code {
     pub const INVALID_GROUP_FUNC_USE: u16 = 1111;
     pub const RECORD_FILE_FULL: u16 = 1114;
     pub const TOO_BIG_ROWSIZE: u16 = 1118;
+    pub const WRONG_TABLE_NAME: u16 = 1103;
+    pub const INVALID_USE_OF_NULL: u16 = 1138;
+    pub const WARN_DATA_TRUNCATED: u16 = 1265;
     pub const PASSWORD_NO_MATCH: u16 = 1133;
     pub const WRONG_VALUE_COUNT_ON_ROW: u16 = 1136;
     pub const NONEXISTING_GRANT: u16 = 1141;
@@ -83,6 +86,11 @@ pub mod code {
     pub const VIEW_WRONG_LIST: u16 = 1353;
     pub const UNIQUE_KEY_NEED_ALL_FIELDS_IN_PF: u16 = 1503;
     pub const WINDOW_INVALID_USE: u16 = 3593;
+    pub const CTE_RECURSIVE_REQUIRES_UNION: u16 = 3573;
+    pub const CTE_RECURSIVE_REQUIRES_NONRECURSIVE_FIRST: u16 = 3574;
+    pub const CTE_RECURSIVE_FORBIDS_AGGREGATION: u16 = 3575;
+    pub const CTE_RECURSIVE_REQUIRES_SINGLE_REFERENCE: u16 = 3577;
+    pub const CTE_MAX_RECURSION_DEPTH: u16 = 3636;
     pub const NO_DEFAULT_FOR_FIELD: u16 = 1364;
     pub const TRUNCATED_WRONG_VALUE_FOR_FIELD: u16 = 1366;
     pub const DATA_TOO_LONG: u16 = 1406;
@@ -113,7 +121,8 @@ fn state_of(code: u16) -> &'static str {
         | NONEXISTING_GRANT
         | PASSWORD_NO_MATCH
         | SPECIFIC_ACCESS_DENIED
-        | CANT_CREATE_USER_WITH_GRANT => "42000",
+        | CANT_CREATE_USER_WITH_GRANT
+        | WRONG_TABLE_NAME => "42000",
         LOCK_DEADLOCK => "40001",
         TABLE_EXISTS => "42S01",
         BAD_TABLE | NO_SUCH_TABLE => "42S02",
@@ -124,6 +133,8 @@ fn state_of(code: u16) -> &'static str {
         WARN_DATA_OUT_OF_RANGE | DATA_OUT_OF_RANGE => "22003",
         TRUNCATED_WRONG_VALUE => "22007",
         DATA_TOO_LONG => "22001",
+        INVALID_USE_OF_NULL => "22004",
+        WARN_DATA_TRUNCATED => "01000",
         OUT_OF_SORTMEMORY => "HY001",
         _ => "HY000",
     }
@@ -214,6 +225,8 @@ mod tests {
         assert_eq!(SqlError::new(code::DATA_TOO_LONG, "x").state, "22001");
         assert_eq!(SqlError::new(code::ACCESS_DENIED, "x").state, "28000");
         assert_eq!(SqlError::new(code::NO_DEFAULT_FOR_FIELD, "x").state, "HY000");
+        assert_eq!(SqlError::new(code::INVALID_USE_OF_NULL, "x").state, "22004");
+        assert_eq!(SqlError::new(code::WARN_DATA_TRUNCATED, "x").state, "01000");
         let e = SqlError::from_cluster(&ShoalError::new(ErrorCode::Timeout, "slow"));
         assert_eq!((e.code, e.state), (1205, "HY000"));
         let e = SqlError::from_cluster(&ShoalError::new(ErrorCode::PartitionUnavailable, "gone"));

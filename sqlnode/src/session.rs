@@ -196,6 +196,8 @@ pub struct Session {
     pub row_count: i64,
     pub found_rows: u64,
     pub autocommit: bool,
+    /// `SET cte_max_recursion_depth`; None: MySQL's default.
+    pub cte_max_recursion_depth: Option<u64>,
     pub in_transaction: bool,
     /// A write happened since BEGIN (it is committed already: see `TxnControl::Rollback`).
     pub wrote_in_transaction: bool,
@@ -220,7 +222,7 @@ pub fn object_parts(name: &ast::ObjectName) -> Vec<String> {
         .collect()
 }
 
-fn check_ident(kind: &str, name: &str) -> SqlResult<()> {
+pub(crate) fn check_ident(kind: &str, name: &str) -> SqlResult<()> {
     if name.len() > MAX_NAME_BYTES {
         return Err(SqlError::new(code::TOO_LONG_IDENT, format!("Identifier name '{name}' is too long")));
     }
@@ -264,6 +266,7 @@ impl Session {
             row_count: -1,
             found_rows: 0,
             autocommit: true,
+            cte_max_recursion_depth: None,
             in_transaction: false,
             wrote_in_transaction: false,
             client_found_rows,
@@ -288,6 +291,7 @@ impl Session {
             row_count: self.row_count,
             found_rows: self.found_rows,
             autocommit: self.autocommit,
+            cte_max_recursion_depth: self.cte_max_recursion_depth,
             version: VERSION.to_string(),
             now_secs: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             params: self.params.clone(),
@@ -434,7 +438,10 @@ impl Session {
                     Statement::CreateTable(ct) => self.create_table(&ct, &cols).await,
                     _ => Err(SqlError::parse("PARTITION BY belongs to CREATE TABLE")),
                 },
-                None => self.statement(&Box::new(parse::parse_one(sql)?), sql).await,
+                None => {
+                    let stmt = parse::parse_one(sql).map_err(|e| crate::alter::unparsed_form(sql).unwrap_or(e))?;
+                    self.statement(&Box::new(stmt), sql).await
+                }
             },
         }
     }
@@ -520,6 +527,12 @@ impl Session {
                 Ok(Outcome::ok())
             }
             Statement::AlterTable(at) => self.alter_table(&at).await,
+            Statement::RenameTable(pairs) => {
+                let pairs: Vec<_> =
+                    pairs.iter().map(|r| (object_parts(&r.old_name), object_parts(&r.new_name))).collect();
+                self.rename_tables(&pairs).await?;
+                Ok(Outcome::ok())
+            }
             Statement::StartTransaction { .. } => self.transaction_control(TxnControl::Begin).await,
             Statement::Commit { .. } => self.transaction_control(TxnControl::Commit).await,
             Statement::Rollback { savepoint: None, .. } => self.transaction_control(TxnControl::Rollback).await,
@@ -635,6 +648,20 @@ impl Session {
                             }
                         };
                         self.client = self.client.with_durability(d);
+                    }
+                    if name == "cte_max_recursion_depth" {
+                        let v = value.trim_matches(|c| c == '\'' || c == '"');
+                        self.cte_max_recursion_depth = if v.eq_ignore_ascii_case("default") {
+                            None
+                        } else {
+                            // MySQL's range for it; a value past it is refused, not clipped.
+                            Some(u64::from(v.parse::<u32>().map_err(|_| {
+                                SqlError::new(
+                                    code::WRONG_VALUE_FOR_VAR,
+                                    format!("Variable 'cte_max_recursion_depth' can't be set to the value of '{v}'"),
+                                )
+                            })?))
+                        };
                     }
                     if name == "autocommit" {
                         let v = value.trim_matches('\'').to_ascii_lowercase();
@@ -1122,26 +1149,43 @@ impl Session {
     }
 
     /// ALTER TABLE: adding and dropping indexes (one catalog change each); column changes by
-    /// copy (`alter.rs`).
+    /// copy (`alter.rs`); RENAME TO last, once the rest is in (one catalog change).
     async fn alter_table(&mut self, at: &ast::AlterTable) -> SqlResult<Outcome> {
         let t = self.resolve(&object_parts(&at.name)).await?;
-        if at.operations.iter().any(crate::alter::needs_copy) {
-            self.alter_by_copy(&t, &at.operations).await?;
-            return Ok(Outcome::ok());
+        let rename = at.operations.iter().rev().find_map(|op| match op {
+            ast::AlterTableOperation::RenameTable {
+                table_name: ast::RenameTableNameKind::To(n) | ast::RenameTableNameKind::As(n),
+            } => Some(object_parts(n)),
+            _ => None,
+        });
+        let ops: Vec<&ast::AlterTableOperation> =
+            at.operations.iter().filter(|op| !matches!(op, ast::AlterTableOperation::RenameTable { .. })).collect();
+        let rename = rename.map(|to| (vec![t.db.clone(), t.name.clone()], to));
+        if let Some(pair) = &rename {
+            // The target is checked before anything changes (the copy takes a while).
+            self.plan_renames(std::slice::from_ref(pair)).await?;
         }
-        for op in &at.operations {
-            match op {
-                ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ix), .. } => {
-                    let name = ix.name.as_ref().map(|n| n.value.clone());
-                    self.add_index(&t, name, &ix.columns, false).await?;
-                }
-                ast::AlterTableOperation::DropIndex { name } => self.remove_index(&t, &name.value, false).await?,
-                other => {
-                    let text = other.to_string();
-                    let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-                    return Err(SqlError::not_supported(format!("ALTER TABLE … {head}")));
+        if ops.iter().any(|op| crate::alter::needs_copy(op)) {
+            let ops: Vec<ast::AlterTableOperation> = ops.into_iter().cloned().collect();
+            self.alter_by_copy(&t, &ops).await?;
+        } else {
+            for op in ops {
+                match op {
+                    ast::AlterTableOperation::AddConstraint { constraint: TableConstraint::Index(ix), .. } => {
+                        let name = ix.name.as_ref().map(|n| n.value.clone());
+                        self.add_index(&t, name, &ix.columns, false).await?;
+                    }
+                    ast::AlterTableOperation::DropIndex { name } => self.remove_index(&t, &name.value, false).await?,
+                    other => {
+                        let text = other.to_string();
+                        let head: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                        return Err(SqlError::not_supported(format!("ALTER TABLE … {head}")));
+                    }
                 }
             }
+        }
+        if let Some(pair) = rename {
+            self.rename_tables(&[pair]).await?;
         }
         Ok(Outcome::ok())
     }
@@ -1226,7 +1270,7 @@ fn command_of(sql: &str) -> &'static str {
         "CREATE"
     } else if is("DROP") || is("TRUNCATE") {
         "DROP"
-    } else if is("ALTER") {
+    } else if is("ALTER") || is("RENAME") {
         "ALTER"
     } else {
         "SELECT"
@@ -1479,27 +1523,28 @@ pub(crate) fn column_from_def(env: &Env, cd: &ast::ColumnDef) -> SqlResult<(Colu
         }
     }
     if let Some(e) = default_expr {
-        let bad = || SqlError::new(code::INVALID_DEFAULT, format!("Invalid default value for '{cname}'"));
-        if col.auto_increment {
-            return Err(bad());
-        }
-        let mut b = Binder::new(env, None, "field list");
-        let v = match &e {
-            ast::Expr::Identifier(i)
-                if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("current_timestamp") =>
-            {
-                return Err(SqlError::not_supported("DEFAULT CURRENT_TIMESTAMP"));
-            }
-            ast::Expr::Function(_) => return Err(SqlError::not_supported("non-constant DEFAULT")),
-            _ => b.bind(&e).map_err(|_| bad())?.eval(&[], &[]).map_err(|_| bad())?,
-        };
-        if v.is_null() {
-            if !col.nullable {
-                return Err(bad());
-            }
-        } else {
-            col.default = Some(ty.store(&cname, &v, 1).map_err(|_| bad())?);
-        }
+        col.default = default_value(env, &col, ty, &e)?;
     }
     Ok((col, inline_key))
+}
+
+/// The stored value of `DEFAULT e` for column `col` of type `ty` (None: NULL), as CREATE TABLE
+/// and ALTER TABLE … SET DEFAULT keep it; 1067 when it does not fit the column.
+pub(crate) fn default_value(env: &Env, col: &Column, ty: SqlType, e: &ast::Expr) -> SqlResult<Option<Value>> {
+    let bad = || SqlError::new(code::INVALID_DEFAULT, format!("Invalid default value for '{}'", col.name));
+    if col.auto_increment {
+        return Err(bad());
+    }
+    let mut b = Binder::new(env, None, "field list");
+    let v = match e {
+        ast::Expr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("current_timestamp") => {
+            return Err(SqlError::not_supported("DEFAULT CURRENT_TIMESTAMP"));
+        }
+        ast::Expr::Function(_) => return Err(SqlError::not_supported("non-constant DEFAULT")),
+        _ => b.bind(e).map_err(|_| bad())?.eval(&[], &[]).map_err(|_| bad())?,
+    };
+    if v.is_null() {
+        return if col.nullable { Ok(None) } else { Err(bad()) };
+    }
+    ty.store(&col.name, &v, 1).map(Some).map_err(|_| bad())
 }

@@ -225,6 +225,8 @@ pub struct Env {
     pub row_count: i64,
     pub found_rows: u64,
     pub autocommit: bool,
+    /// Most rounds a recursive CTE may run; None: MySQL's default.
+    pub cte_max_recursion_depth: Option<u64>,
     pub version: String,
     /// Seconds since the Unix epoch, fixed for one statement (NOW()).
     pub now_secs: u64,
@@ -238,6 +240,10 @@ pub struct Env {
 pub type Params = std::sync::Arc<Vec<(Location, Val)>>;
 
 impl Env {
+    pub fn cte_max_recursion_depth(&self) -> u64 {
+        self.cte_max_recursion_depth.unwrap_or(crate::sql::select::CTE_MAX_RECURSION_DEPTH)
+    }
+
     fn param(&self, at: Location) -> SqlResult<Val> {
         self.params
             .iter()
@@ -1003,6 +1009,7 @@ pub fn system_variable(env: &Env, name: &str) -> Option<Val> {
         "default_authentication_plugin" => s("mysql_native_password"),
         "div_precision_increment" => i(i64::from(crate::val::DIV_PRECISION_INCREMENT)),
         "max_connections" => i(i64::from(crate::server::MAX_CONNECTIONS)),
+        "cte_max_recursion_depth" => Some(Val::UInt(env.cte_max_recursion_depth())),
         _ => None,
     }
 }
@@ -1021,6 +1028,7 @@ pub const SHOWN_VARIABLES: &[&str] = &[
     "collation_connection",
     "collation_database",
     "collation_server",
+    "cte_max_recursion_depth",
     "default_storage_engine",
     "div_precision_increment",
     "hostname",

@@ -72,6 +72,15 @@ fn query(plan: &QueryPlan, prefix: &str, out: &mut Vec<Vec<String>>) {
             query(right, &format!("{prefix}{name} > "), out);
         }
         Body::Sorted { input, .. } => query(input, prefix, out),
+        Body::Recursive(r) => {
+            for seed in &r.seeds {
+                query(seed, prefix, out);
+            }
+            let union = if r.distinct { "UNION" } else { "UNION ALL" };
+            for step in &r.steps {
+                query(step, &format!("{prefix}{union}, repeated until no new rows > "), out);
+            }
+        }
     }
 }
 
@@ -100,6 +109,14 @@ fn from(f: &From, prefix: &str, note: &str, out: &mut Vec<Vec<String>>) {
                 note.to_string(),
             ]);
             query(&d.plan, &format!("{prefix}{} > ", d.name), out);
+        }
+        From::Work { name, .. } => {
+            out.push(vec![
+                format!("{prefix}{name}"),
+                "recursive reference: the rows the previous round added".into(),
+                String::new(),
+                note.to_string(),
+            ]);
         }
         From::Join(j) => {
             let kind = match j.kind {

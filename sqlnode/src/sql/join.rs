@@ -26,6 +26,7 @@ fn held_rows<'a>(from: &'a From, outer: Option<&Outer<'_>>) -> SqlResult<Cow<'a,
         },
         From::Derived(d) => Ok(Cow::Borrowed(derived_rows(d)?.as_slice())),
         From::Values(v) => Ok(Cow::Borrowed(v.rows.as_slice())),
+        From::Work { table, .. } => Ok(Cow::Owned(table.rows().to_vec())),
         other => {
             let mut rows = vec![];
             let mut over = false;

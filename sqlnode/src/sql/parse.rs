@@ -371,12 +371,14 @@ fn parse_set(t: &[Tok]) -> Vec<(String, String)> {
                 _ => words.push(x.text()),
             }
         }
+        // `@@session.x` comes as one word `@@session` before `x`: the scope goes either way.
         let words: Vec<String> = words
             .into_iter()
+            .map(|w| w.trim_start_matches('@').to_string())
             .filter(|w| !["SESSION", "GLOBAL", "LOCAL", "PERSIST"].contains(&w.to_ascii_uppercase().as_str()))
             .collect();
         if let Some(name) = words.first() {
-            let name = name.trim_start_matches('@').to_ascii_lowercase();
+            let name = name.to_ascii_lowercase();
             let value = if seen_eq { value } else { words[1..].join(" ") };
             out.push((name, value));
         }
@@ -787,15 +789,16 @@ mod tests {
 
     #[test]
     fn set_is_read_loosely() {
-        let Some(Admin::Set(v)) = classify("SET SESSION autocommit=1, NAMES utf8mb4, @@sql_mode = 'X'").unwrap() else {
-            panic!("not a SET")
-        };
+        let sql = "SET SESSION autocommit=1, NAMES utf8mb4, @@sql_mode = 'X', @@session.a = 2, @@GLOBAL.b = 3";
+        let Some(Admin::Set(v)) = classify(sql).unwrap() else { panic!("not a SET") };
         assert_eq!(
             v,
             vec![
                 ("autocommit".into(), "1".into()),
                 ("names".into(), "utf8mb4".into()),
-                ("sql_mode".into(), "X".into())
+                ("sql_mode".into(), "X".into()),
+                ("a".into(), "2".into()),
+                ("b".into(), "3".into())
             ]
         );
     }

@@ -19,7 +19,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use sqlparser::ast::{self, SelectItem, Spanned};
 
@@ -115,6 +116,41 @@ pub enum Body {
         limit: Option<u64>,
         offset: u64,
     },
+    /// A recursive common table expression (`WITH RECURSIVE`).
+    Recursive(Box<RecursivePlan>),
+}
+
+/// `WITH RECURSIVE name AS (seed UNION [ALL] step)`: the seeds run once; each step then runs
+/// over the rows the previous round added ([`WorkTable`]) until a round adds none.
+#[derive(Debug)]
+pub struct RecursivePlan {
+    pub name: String,
+    /// The query blocks that do not name the CTE, in order.
+    pub seeds: Vec<QueryPlan>,
+    /// The query blocks that name it once, in their FROM.
+    pub steps: Vec<QueryPlan>,
+    /// UNION (not UNION ALL) somewhere in the chain: a row already produced is not added again,
+    /// which is also what ends a recursion over a cycle.
+    pub distinct: bool,
+    pub work: Arc<WorkTable>,
+    /// The session's `cte_max_recursion_depth` when the statement was planned.
+    pub max_depth: u64,
+}
+
+/// The rows the previous round of a recursive CTE added: what its name means inside a step.
+#[derive(Debug, Default)]
+pub struct WorkTable {
+    pub rows: Mutex<Arc<Vec<Vec<Val>>>>,
+}
+
+impl WorkTable {
+    pub fn rows(&self) -> Arc<Vec<Vec<Val>>> {
+        self.rows.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set(&self, rows: Vec<Vec<Val>>) {
+        *self.rows.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(rows);
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +197,12 @@ pub enum From {
     /// Rows made in the SQL node (`information_schema`).
     Values(Arc<VirtualTable>),
     Join(Box<Join>),
+    /// A recursive CTE's name inside its own step: the previous round's rows.
+    Work {
+        name: String,
+        width: usize,
+        table: Arc<WorkTable>,
+    },
 }
 
 /// A base table as a query reads it: the rows its pushed-down conjuncts select, fetched before
@@ -211,6 +253,7 @@ impl From {
             From::Derived(d) => d.plan.columns.len(),
             From::Values(v) => v.columns.len(),
             From::Join(j) => j.left_width + j.right_width,
+            From::Work { width, .. } => *width,
         }
     }
 }
@@ -244,6 +287,7 @@ impl QueryPlan {
                 right.each_expr(f);
             }
             Body::Sorted { input, .. } => input.each_expr(f),
+            Body::Recursive(r) => r.seeds.iter().chain(&r.steps).for_each(|p| p.each_expr(f)),
         }
     }
 
@@ -265,13 +309,14 @@ impl QueryPlan {
                 right.scans(out);
             }
             Body::Sorted { input, .. } => input.scans(out),
+            Body::Recursive(r) => r.seeds.iter().chain(&r.steps).for_each(|p| p.scans(out)),
         }
     }
 }
 
 fn from_scans(fr: &From, out: &mut Vec<Arc<Scan>>) {
     match fr {
-        From::Dual | From::Values(_) => {}
+        From::Dual | From::Values(_) | From::Work { .. } => {}
         From::Scan(s) => out.push(s.clone()),
         From::Derived(d) => d.plan.scans(out),
         From::Join(j) => {
@@ -303,6 +348,67 @@ struct Cte {
     columns: Vec<String>,
     /// The statement text its spans refer to.
     text: String,
+    /// Defined under `WITH RECURSIVE`: it may name itself.
+    recursive: bool,
+    /// Set on the entry that stands for a recursive CTE while its own query is planned.
+    work: Option<Arc<WorkMarker>>,
+}
+
+/// What a recursive CTE's name means while its own query blocks are planned. (Shared through
+/// an `Arc`, as a planner lives across a statement's awaits.)
+struct WorkMarker {
+    table: Arc<WorkTable>,
+    /// Its columns (named as the CTE names them), known once the first seed is planned.
+    columns: Mutex<Option<Vec<ColumnMeta>>>,
+    /// How often the block being planned named it.
+    uses: AtomicUsize,
+    /// The planner's depth in a block's own FROM: a use any deeper is inside a subquery or a
+    /// derived table, which would see only the first round's rows.
+    depth: usize,
+}
+
+/// What a CTE's name in FROM stands for.
+enum CteUse {
+    /// Its query, planned, with the CTE's column names (empty: the query's own).
+    Plan(QueryPlan, Vec<String>),
+    /// A recursive CTE inside its own step: the previous round's rows, with these columns.
+    Work(Arc<WorkTable>, Vec<ColumnMeta>),
+}
+
+fn nonrecursive_first(name: &str) -> SqlError {
+    SqlError::new(
+        code::CTE_RECURSIVE_REQUIRES_NONRECURSIVE_FIRST,
+        format!("Recursive Common Table Expression '{name}' should have one or more non-recursive query blocks followed by one or more recursive ones"),
+    )
+}
+
+fn different_columns() -> SqlError {
+    SqlError::new(
+        code::WRONG_NUMBER_OF_COLUMNS_IN_SELECT,
+        "The used SELECT statements have a different number of columns",
+    )
+}
+
+fn seeds_width(seeds: &[QueryPlan]) -> usize {
+    seeds.first().map_or(0, |s| s.columns.len())
+}
+
+/// A recursive block adds rows one at a time from the previous round's: what needs all of a
+/// round at once (aggregates, windows, DISTINCT, ORDER BY, LIMIT) is refused, as MySQL does.
+fn check_step(name: &str, plan: &QueryPlan) -> SqlResult<()> {
+    let Body::Select(s) = &plan.body else {
+        return Err(SqlError::not_supported("a set operation or parenthesized query as a recursive query block"));
+    };
+    if s.grouped || !s.aggs.is_empty() || !s.windows.is_empty() {
+        return Err(SqlError::new(
+            code::CTE_RECURSIVE_FORBIDS_AGGREGATION,
+            format!("Recursive Common Table Expression '{name}' can contain neither aggregation nor window functions in recursive query block"),
+        ));
+    }
+    if s.distinct || !s.order.is_empty() || s.limit.is_some() || s.offset > 0 {
+        return Err(SqlError::not_supported("DISTINCT, ORDER BY or LIMIT in a recursive query block"));
+    }
+    Ok(())
 }
 
 /// The text of an expression as the query wrote it (MySQL's column name for it).
@@ -454,6 +560,7 @@ fn pushable_leaves<'a>(
         }
         From::Derived(d) => d.plan.columns.len(),
         From::Values(v) => v.columns.len(),
+        From::Work { width, .. } => *width,
         From::Join(j) => {
             let Join { left, right, kind, .. } = &mut **j;
             let lw = pushable_leaves(left, start, nullable || *kind == JoinKind::Right, out);
@@ -615,9 +722,6 @@ impl<'a> Planner<'a> {
         names: Option<&[String]>,
     ) -> SqlResult<QueryPlan> {
         let Some(with) = &q.with else { return self.query_body(q, text, outer, names) };
-        if with.recursive {
-            return Err(SqlError::not_supported("WITH RECURSIVE"));
-        }
         // The CTEs are visible to the rest of this query (and, in order, to each other).
         let base = self.ctes.borrow().len();
         for c in &with.cte_tables {
@@ -627,7 +731,14 @@ impl<'a> Planner<'a> {
                 return Err(SqlError::new(code::NONUNIQ_TABLE, format!("Not unique table/alias: '{name}'")));
             }
             let columns = c.alias.columns.iter().map(|col| col.name.value.clone()).collect();
-            self.ctes.borrow_mut().push(Cte { name, query: (*c.query).clone(), columns, text: text.to_string() });
+            self.ctes.borrow_mut().push(Cte {
+                name,
+                query: (*c.query).clone(),
+                columns,
+                text: text.to_string(),
+                recursive: with.recursive,
+                work: None,
+            });
         }
         let r = self.query_body(q, text, outer, names);
         self.ctes.borrow_mut().truncate(base);
@@ -635,14 +746,133 @@ impl<'a> Planner<'a> {
     }
 
     /// Plans the CTE named `name` (the innermost one of that name) as a derived table, seeing
-    /// only the CTEs defined before it. None when no CTE has that name.
-    fn cte(&self, name: &str) -> Option<SqlResult<(QueryPlan, Vec<String>)>> {
+    /// only the CTEs defined before it (and, under `WITH RECURSIVE`, itself). None when no CTE
+    /// has that name.
+    fn cte(&self, name: &str) -> Option<SqlResult<CteUse>> {
         let pos = self.ctes.borrow().iter().rposition(|c| c.name.eq_ignore_ascii_case(name))?;
         let cte = self.ctes.borrow()[pos].clone();
+        if let Some(marker) = &cte.work {
+            return Some(self.work_use(&cte.name, marker));
+        }
         let later = self.ctes.borrow_mut().split_off(pos);
-        let plan = self.query(&cte.query, &cte.text, &[], None);
+        let plan = if cte.recursive { self.recursive_cte(&cte) } else { self.query(&cte.query, &cte.text, &[], None) };
         self.ctes.borrow_mut().extend(later);
-        Some(plan.map(|p| (p, cte.columns)))
+        Some(plan.map(|p| CteUse::Plan(p, cte.columns)))
+    }
+
+    /// A recursive CTE's name inside one of its own query blocks.
+    fn work_use(&self, name: &str, marker: &WorkMarker) -> SqlResult<CteUse> {
+        marker.uses.fetch_add(1, AtomicOrdering::Relaxed);
+        if self.depth.get() != marker.depth {
+            return Err(SqlError::new(
+                code::CTE_RECURSIVE_REQUIRES_SINGLE_REFERENCE,
+                format!("In recursive query block of Recursive Common Table Expression '{name}', the recursive table must be referenced only once, and not in any subquery"),
+            ));
+        }
+        match marker.columns.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(cols) => Ok(CteUse::Work(marker.table.clone(), cols.clone())),
+            None => Err(nonrecursive_first(name)),
+        }
+    }
+
+    /// A CTE defined under `WITH RECURSIVE`. Planned once with its own name standing for the
+    /// previous round's rows: if no block names it, that plan is the CTE's. Otherwise its query
+    /// is a chain of UNION [ALL] whose blocks are planned one by one: seeds (not naming it)
+    /// first, then steps (naming it once, in their own FROM).
+    fn recursive_cte(&self, cte: &Cte) -> SqlResult<QueryPlan> {
+        let marker = Arc::new(WorkMarker {
+            table: Arc::new(WorkTable::default()),
+            columns: Mutex::new(None),
+            uses: AtomicUsize::new(0),
+            depth: self.depth.get() + 1,
+        });
+        self.ctes.borrow_mut().push(Cte { work: Some(marker.clone()), ..cte.clone() });
+        let r = self.recursive_blocks(cte, &marker);
+        self.ctes.borrow_mut().pop();
+        r
+    }
+
+    fn recursive_blocks(&self, cte: &Cte, marker: &WorkMarker) -> SqlResult<QueryPlan> {
+        let whole = self.query(&cte.query, &cte.text, &[], None);
+        if marker.uses.load(AtomicOrdering::Relaxed) == 0 {
+            return whole;
+        }
+        let name = &cte.name;
+        let q = &cte.query;
+        if !order_items(&q.order_by)?.is_empty() || q.limit_clause.is_some() {
+            return Err(SqlError::not_supported("ORDER BY or LIMIT over a recursive common table expression"));
+        }
+        // The chain of UNIONs, left to right.
+        let mut blocks = vec![];
+        let mut distinct = false;
+        let mut at = q.body.as_ref();
+        while let ast::SetExpr::SetOperation { left, op: ast::SetOperator::Union, set_quantifier, right } = at {
+            distinct |= !matches!(set_quantifier, ast::SetQuantifier::All);
+            blocks.push(right.as_ref());
+            at = left;
+        }
+        blocks.push(at);
+        blocks.reverse();
+        if blocks.len() < 2 {
+            return Err(SqlError::new(
+                code::CTE_RECURSIVE_REQUIRES_UNION,
+                format!("Recursive Common Table Expression '{name}' should contain a UNION"),
+            ));
+        }
+        let (mut seeds, mut steps) = (vec![], vec![]);
+        for block in blocks {
+            marker.uses.store(0, AtomicOrdering::Relaxed);
+            let plan = self.nested(|| self.set_expr(block, &cte.text, &[], None))?;
+            match marker.uses.load(AtomicOrdering::Relaxed) {
+                0 if steps.is_empty() => {
+                    if seeds.is_empty() {
+                        let cols = derived_columns(&plan.columns, name, "", name, &cte.columns)?;
+                        *marker.columns.lock().unwrap_or_else(|e| e.into_inner()) = Some(cols);
+                    } else if plan.columns.len() != seeds_width(&seeds) {
+                        return Err(different_columns());
+                    }
+                    seeds.push(plan);
+                }
+                0 => return Err(nonrecursive_first(name)),
+                1 => {
+                    if plan.columns.len() != seeds_width(&seeds) {
+                        return Err(different_columns());
+                    }
+                    check_step(name, &plan)?;
+                    steps.push(plan);
+                }
+                _ => {
+                    return Err(SqlError::new(
+                        code::CTE_RECURSIVE_REQUIRES_SINGLE_REFERENCE,
+                        format!("In recursive query block of Recursive Common Table Expression '{name}', the recursive table must be referenced only once, and not in any subquery"),
+                    ))
+                }
+            }
+        }
+        // The first seed names the columns; a column's type holds where every block agrees on
+        // it (as for UNION), else the values decide.
+        let columns = seeds[0]
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let agree = seeds.iter().chain(&steps).all(|p| p.columns[i].ty == c.ty);
+                if agree {
+                    c.clone()
+                } else {
+                    ColumnMeta::named(&c.name, None)
+                }
+            })
+            .collect();
+        let plan = RecursivePlan {
+            name: name.clone(),
+            seeds,
+            steps,
+            distinct,
+            work: marker.table.clone(),
+            max_depth: self.env.cte_max_recursion_depth(),
+        };
+        Ok(QueryPlan { columns, body: Body::Recursive(Box::new(plan)) })
     }
 
     fn query_body(
@@ -906,15 +1136,26 @@ impl<'a> Planner<'a> {
                 let alias_name = alias.as_ref().map(|a| a.name.value.clone());
                 if let [one] = parts.as_slice() {
                     if let Some(r) = self.cte(one) {
-                        let (plan, mut renames) = r?;
-                        if let Some(a) = alias.as_ref().filter(|a| !a.columns.is_empty()) {
-                            renames = a.columns.iter().map(|c| c.name.value.clone()).collect();
-                        }
+                        let alias_cols: Vec<String> =
+                            alias.iter().flat_map(|a| &a.columns).map(|c| c.name.value.clone()).collect();
                         let q = alias_name.unwrap_or_else(|| one.clone());
                         Self::check_alias(scope, &q)?;
-                        let cols = derived_columns(&plan, &q, "", &q, &renames)?;
-                        scope.push(&q, None, &q, cols);
-                        return Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })));
+                        return match r? {
+                            CteUse::Plan(plan, mut renames) => {
+                                if !alias_cols.is_empty() {
+                                    renames = alias_cols;
+                                }
+                                let cols = derived_columns(&plan.columns, &q, "", &q, &renames)?;
+                                scope.push(&q, None, &q, cols);
+                                Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })))
+                            }
+                            CteUse::Work(table, cols) => {
+                                let cols = derived_columns(&cols, &q, "", &q, &alias_cols)?;
+                                let width = cols.len();
+                                scope.push(&q, None, &q, cols);
+                                Ok(From::Work { name: q, width, table })
+                            }
+                        };
                     }
                     if one.eq_ignore_ascii_case("dual") && alias.is_none() {
                         // MySQL's dummy table: one row, no columns.
@@ -935,7 +1176,7 @@ impl<'a> Planner<'a> {
                         let q = alias_name.unwrap_or_else(|| v.name.clone());
                         Self::check_alias(scope, &q)?;
                         let plan = self.view_plan(&v)?;
-                        let cols = derived_columns(&plan, &q, &v.db, &v.name, &[])?;
+                        let cols = derived_columns(&plan.columns, &q, &v.db, &v.name, &[])?;
                         scope.push(&q, Some(v.db.clone()), &v.name, cols);
                         Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })))
                     }
@@ -968,7 +1209,7 @@ impl<'a> Planner<'a> {
                 let text = subquery.to_string();
                 let plan = self.query(subquery, &text, &[], None)?;
                 let renames: Vec<String> = alias.columns.iter().map(|c| c.name.value.clone()).collect();
-                let cols = derived_columns(&plan, &q, "", &q, &renames)?;
+                let cols = derived_columns(&plan.columns, &q, "", &q, &renames)?;
                 scope.push(&q, None, &q, cols);
                 Ok(From::Derived(Arc::new(Derived { name: q, plan, rows: OnceLock::new() })))
             }
@@ -1312,20 +1553,20 @@ fn push_left_join_conditions(fr: &mut From) {
 /// Columns a derived table or view shows: its query's output names (renamed by a column list),
 /// qualified by its alias. Names must be unique.
 fn derived_columns(
-    plan: &QueryPlan,
+    columns: &[ColumnMeta],
     qualifier: &str,
     db: &str,
     table: &str,
     renames: &[String],
 ) -> SqlResult<Vec<ColumnMeta>> {
-    if !renames.is_empty() && renames.len() != plan.columns.len() {
+    if !renames.is_empty() && renames.len() != columns.len() {
         return Err(SqlError::new(
             code::VIEW_WRONG_LIST,
             "In definition of view, derived table or common table expression, SELECT list and column names list have different column counts",
         ));
     }
     let mut cols: Vec<ColumnMeta> = vec![];
-    for (i, c) in plan.columns.iter().enumerate() {
+    for (i, c) in columns.iter().enumerate() {
         let name = renames.get(i).cloned().unwrap_or_else(|| c.name.clone());
         if cols.iter().any(|o| o.name.eq_ignore_ascii_case(&name)) {
             return Err(SqlError::new(code::DUP_FIELDNAME, format!("Duplicate column name '{name}'")));

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::error::{code, SqlError, SqlResult};
 use crate::sql::expr::{Acc, AggKind, Expr, Outer};
-use crate::sql::query::{Body, From, QueryPlan, SelectPlan, SetOp, SortKey};
+use crate::sql::query::{Body, From, QueryPlan, RecursivePlan, SelectPlan, SetOp, SortKey};
 use crate::val::{sort_cmp, Val};
 
 /// Most rows a statement holds in the SQL node at once per buffer (results, sort buffers, keys
@@ -66,7 +66,53 @@ pub fn run(plan: &QueryPlan, outer: Option<&Outer<'_>>) -> SqlResult<Vec<Vec<Val
             let take = limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize);
             Ok(rows.into_iter().skip(skip).take(take).collect())
         }
+        Body::Recursive(r) => recursive(r),
     }
+}
+
+/// Most rounds a recursive CTE's steps run that still add rows, unless the session sets
+/// `cte_max_recursion_depth` (MySQL's default); a query that needs more is stopped with an
+/// error, which is what ends a runaway recursion early (the row bound would end it later).
+pub const CTE_MAX_RECURSION_DEPTH: u64 = 1000;
+
+/// Runs a recursive CTE: the seeds, then rounds of the steps over the previous round's new
+/// rows, until a round adds none.
+fn recursive(r: &RecursivePlan) -> SqlResult<Vec<Vec<Val>>> {
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut all: Vec<Vec<Val>> = vec![];
+    let mut fresh: Vec<Vec<Val>> = vec![];
+    let mut add = |rows: Vec<Vec<Val>>, fresh: &mut Vec<Vec<Val>>, total: usize| -> SqlResult<()> {
+        for row in rows {
+            if r.distinct && !seen.insert(row_key(&row)) {
+                continue;
+            }
+            if total + fresh.len() >= MAX_BUFFERED_ROWS {
+                return Err(too_many("rows", MAX_BUFFERED_ROWS));
+            }
+            fresh.push(row);
+        }
+        Ok(())
+    };
+    for seed in &r.seeds {
+        add(run(seed, None)?, &mut fresh, 0)?;
+    }
+    let mut round = 0u64;
+    while !fresh.is_empty() {
+        if round > r.max_depth {
+            return Err(SqlError::new(
+                code::CTE_MAX_RECURSION_DEPTH,
+                format!("Recursive query aborted after {round} iterations. Try increasing @@cte_max_recursion_depth to a larger value."),
+            ));
+        }
+        round += 1;
+        r.work.set(fresh.clone());
+        all.append(&mut fresh);
+        for step in &r.steps {
+            add(run(step, None)?, &mut fresh, all.len())?;
+        }
+    }
+    r.work.set(vec![]);
+    Ok(all)
 }
 
 /// The columns of `table` a SELECT over it alone looks at (positions, ascending): what a key
@@ -173,6 +219,14 @@ pub fn each_row(
             Ok(true)
         }
         From::Join(j) => crate::sql::join::each(j, outer, f),
+        From::Work { table, .. } => {
+            for r in table.rows().iter() {
+                if !f(r.clone())? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
     }
 }
 
