@@ -200,7 +200,7 @@ async fn sql_ddl_dml_queries_and_errors_over_mysql_protocol() {
     assert_eq!(code_of(c.query_drop("INSERT INTO items (id, name, qty) VALUES (203, 'x', 256)").await), 1264);
     assert_eq!(code_of(c.query_drop("INSERT INTO items (id, name, price) VALUES (204, 'x', 1000000)").await), 1264);
     assert_eq!(code_of(c.query_drop("DROP TABLE nosuch").await), 1051);
-    assert_eq!(code_of(c.query_drop("SELECT RANK() OVER w FROM items WINDOW w AS (ORDER BY id)").await), 1235);
+    assert_eq!(code_of(c.query_drop("CREATE TRIGGER t1 BEFORE INSERT ON items FOR EACH ROW SET @x = 1").await), 1235);
     // A secondary index is built; a unique one is refused while the rows repeat a name.
     c.query_drop("CREATE INDEX k_name ON items (name)").await.unwrap();
     assert_eq!(code_of(c.query_drop("CREATE UNIQUE INDEX u_name ON items (name)").await), 1062);

@@ -168,7 +168,21 @@ async fn joins_subqueries_unions_views() {
         rows(&mut c, "SELECT name, LAG(name) OVER (ORDER BY id) FROM emp ORDER BY id").await,
         ["ann,NULL", "bob,ann", "cy,bob", "dee,cy"]
     );
-    assert_eq!(code_of(c.query_drop("SELECT RANK() OVER w FROM emp WINDOW w AS (ORDER BY id)").await), 1235);
+    // Named windows, and windows defined on them.
+    assert_eq!(
+        rows(
+            &mut c,
+            "SELECT name, RANK() OVER w, SUM(pay) OVER (w ROWS UNBOUNDED PRECEDING), COUNT(*) OVER d FROM emp \
+             WINDOW w AS (ORDER BY pay DESC), d AS (PARTITION BY dept) ORDER BY id"
+        )
+        .await,
+        ["ann,1,100,2", "bob,3,270,2", "cy,2,190,1", "dee,4,340,1"]
+    );
+    assert_eq!(code_of(c.query_drop("SELECT RANK() OVER w FROM emp WINDOW v AS (ORDER BY id)").await), 3579);
+    assert_eq!(
+        code_of(c.query_drop("SELECT RANK() OVER (w ORDER BY id) FROM emp WINDOW w AS (ORDER BY pay)").await),
+        3582
+    );
     assert_eq!(code_of(c.query_drop("SELECT name FROM emp WHERE ROW_NUMBER() OVER () > 1").await), 3593);
 
     // Common table expressions and DUAL.

@@ -439,7 +439,7 @@ impl Session {
                     _ => Err(SqlError::parse("PARTITION BY belongs to CREATE TABLE")),
                 },
                 None => {
-                    let stmt = parse::parse_one(sql).map_err(|e| crate::alter::unparsed_form(sql).unwrap_or(e))?;
+                    let stmt = parse::parse_one(sql).map_err(|e| parse::unparsed_form(sql).unwrap_or(e))?;
                     self.statement(&Box::new(stmt), sql).await
                 }
             },

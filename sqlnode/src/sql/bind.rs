@@ -272,6 +272,8 @@ pub struct Binder<'a> {
     /// Window functions are allowed here (the SELECT list), and those bound so far.
     pub allow_windows: bool,
     pub windows: Vec<WinSpec>,
+    /// The SELECT's `WINDOW` clause, resolved ([`crate::sql::window::named_windows`]).
+    pub named_windows: Vec<(String, ast::WindowSpec)>,
 }
 
 fn ident_name(parts: &[ast::Ident]) -> String {
@@ -349,6 +351,7 @@ impl<'a> Binder<'a> {
             values_offset: None,
             allow_windows: false,
             windows: vec![],
+            named_windows: vec![],
         }
     }
 
@@ -372,6 +375,7 @@ impl<'a> Binder<'a> {
             values_offset: None,
             allow_windows: false,
             windows: vec![],
+            named_windows: vec![],
         }
     }
 
@@ -830,12 +834,7 @@ impl<'a> Binder<'a> {
                 format!("You cannot use the window function '{name}' in this context"),
             ));
         }
-        let ast::WindowType::WindowSpec(spec) = over else {
-            return Err(SqlError::not_supported("named windows"));
-        };
-        if spec.window_name.is_some() {
-            return Err(SqlError::not_supported("named windows"));
-        }
+        let spec = &crate::sql::window::resolve(over, &self.named_windows)?;
         let args: Vec<&FunctionArg> = match &f.args {
             FunctionArguments::None => vec![],
             FunctionArguments::List(l) => {

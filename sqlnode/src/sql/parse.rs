@@ -357,6 +357,23 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
 }
 
 /// Loosely reads `SET [SESSION|GLOBAL] a = x, @@b = y, NAMES utf8mb4 ...` into (name, value).
+/// 1235 for MySQL statements sqlparser does not parse but Shoal knows it does not support
+/// (`ALTER TABLE … RENAME INDEX|KEY`; `CREATE [DEFINER = …] TRIGGER`, whose MySQL body form
+/// sqlparser rejects), so they are refused as unsupported rather than as bad syntax. Only asked
+/// after a parse error.
+pub fn unparsed_form(sql: &str) -> Option<SqlError> {
+    let words: Vec<&str> = sql.split_whitespace().take(64).collect();
+    let is = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w));
+    if is(0, "CREATE") && (1..words.len().min(6)).any(|i| is(i, "TRIGGER")) {
+        return Some(SqlError::not_supported("triggers"));
+    }
+    if !(is(0, "ALTER") && is(1, "TABLE")) {
+        return None;
+    }
+    let renames_index = (2..words.len()).any(|i| is(i, "RENAME") && (is(i + 1, "INDEX") || is(i + 1, "KEY")));
+    renames_index.then(|| SqlError::not_supported("ALTER TABLE … RENAME INDEX"))
+}
+
 fn parse_set(t: &[Tok]) -> Vec<(String, String)> {
     let mut out = vec![];
     for part in t.split(|x| *x == Tok::Punct(',')) {
@@ -785,6 +802,21 @@ mod tests {
         assert_eq!(classify("create table t (a int)").unwrap(), None);
         assert_eq!(classify("explain select 1").unwrap(), None);
         assert_eq!(classify("SHOW FROBS").unwrap_err().code, 1235);
+    }
+
+    #[test]
+    fn forms_sqlparser_rejects_are_refused_as_unsupported() {
+        for sql in [
+            "ALTER TABLE t RENAME INDEX a TO b",
+            "ALTER TABLE t ADD COLUMN z INT, RENAME KEY a TO b",
+            "CREATE TRIGGER t1 BEFORE INSERT ON items FOR EACH ROW SET NEW.id = 1",
+            "CREATE DEFINER = root TRIGGER t1 AFTER DELETE ON items FOR EACH ROW SET @x = 1",
+        ] {
+            assert_eq!(unparsed_form(sql).map(|e| e.code), Some(crate::error::code::NOT_SUPPORTED_YET), "{sql}");
+        }
+        for sql in ["ALTER TABLE t RENAME COLUMN a TO b", "SELECT rename index FROM t", "SELECT trigger FROM t"] {
+            assert!(unparsed_form(sql).is_none(), "{sql}");
+        }
     }
 
     #[test]

@@ -1267,9 +1267,10 @@ impl<'a> Planner<'a> {
         if s.into.is_some() {
             return Err(SqlError::not_supported("SELECT ... INTO"));
         }
-        if !s.named_window.is_empty() || s.qualify.is_some() {
-            return Err(SqlError::not_supported("window functions"));
+        if s.qualify.is_some() {
+            return Err(SqlError::not_supported("QUALIFY"));
         }
+        let named_windows = crate::sql::window::named_windows(&s.named_window)?;
         if s.top.is_some() || !s.lateral_views.is_empty() || s.prewhere.is_some() || !s.connect_by.is_empty() {
             return Err(SqlError::not_supported("this SELECT form"));
         }
@@ -1282,6 +1283,7 @@ impl<'a> Planner<'a> {
         let mut b = Binder::scoped(env, &scope, outer, Some(self), "field list");
         b.allow_aggs = true;
         b.allow_windows = true;
+        b.named_windows = named_windows;
         let mut outputs: Vec<Expr> = vec![];
         let mut metas: Vec<ColumnMeta> = vec![];
         let mut aliases: Vec<(String, Expr)> = vec![];

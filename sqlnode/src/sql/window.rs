@@ -11,9 +11,12 @@
 //! whole partition), `ROWS` frames with `UNBOUNDED`/`n` `PRECEDING`/`FOLLOWING`/`CURRENT ROW`,
 //! and `RANGE` frames from `UNBOUNDED PRECEDING` to `CURRENT ROW` or `UNBOUNDED FOLLOWING`.
 //! Aggregates over a frame are recomputed per row (partitions are bounded by the statement's
-//! row bound).
+//! row bound). Named windows (`WINDOW w AS (…)`, `OVER w`, `OVER (w ORDER BY …)`) are resolved
+//! into plain specifications before binding ([`named_windows`], [`resolve`]).
 
 use std::cmp::Ordering;
+
+use sqlparser::ast;
 
 use crate::error::{code, SqlError, SqlResult};
 use crate::sql::expr::{Acc, AggKind, AggSpec, Expr, Outer};
@@ -279,9 +282,135 @@ fn frame(f: Frame, pos: usize, len: usize, peer_start: &[usize], peer_end: &[usi
     }
 }
 
+/// A SELECT's `WINDOW` clause, each name with its specification resolved (a window defined on
+/// another one inherits from it): what `OVER name` and `OVER (name …)` look up.
+pub fn named_windows(defs: &[ast::NamedWindowDefinition]) -> SqlResult<Vec<(String, ast::WindowSpec)>> {
+    for (i, d) in defs.iter().enumerate() {
+        if defs[..i].iter().any(|o| o.0.value.eq_ignore_ascii_case(&d.0.value)) {
+            return Err(SqlError::new(
+                code::WINDOW_DUPLICATE_NAME,
+                format!("Window '{}' is defined twice.", d.0.value),
+            ));
+        }
+    }
+    defs.iter().map(|d| Ok((d.0.value.clone(), named(defs, &d.0.value, 0)?))).collect()
+}
+
+/// The specification of the window named `name` in `defs`; `depth` counts the references
+/// followed, which a cycle would follow forever.
+fn named(defs: &[ast::NamedWindowDefinition], name: &str, depth: usize) -> SqlResult<ast::WindowSpec> {
+    if depth > defs.len() {
+        return Err(SqlError::new(
+            code::WINDOW_CIRCULARITY_IN_WINDOW_GRAPH,
+            "There is a circularity in the window dependency graph.",
+        ));
+    }
+    let Some(d) = defs.iter().find(|d| d.0.value.eq_ignore_ascii_case(name)) else {
+        return Err(no_such_window(name));
+    };
+    match &d.1 {
+        ast::NamedWindowExpr::NamedWindow(other) => named(defs, &other.value, depth + 1),
+        ast::NamedWindowExpr::WindowSpec(spec) => match &spec.window_name {
+            None => Ok(spec.clone()),
+            Some(base) => inherit(&named(defs, &base.value, depth + 1)?, &base.value, spec, &d.0.value),
+        },
+    }
+}
+
+fn no_such_window(name: &str) -> SqlError {
+    SqlError::new(code::WINDOW_NO_SUCH_WINDOW, format!("Window name '{name}' is not defined."))
+}
+
+/// `OVER (...)` or `OVER name` as a plain specification, the named windows looked up.
+pub fn resolve(over: &ast::WindowType, named: &[(String, ast::WindowSpec)]) -> SqlResult<ast::WindowSpec> {
+    let find = |name: &str| {
+        named.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, s)| s).ok_or_else(|| no_such_window(name))
+    };
+    match over {
+        ast::WindowType::NamedWindow(name) => find(&name.value).cloned(),
+        ast::WindowType::WindowSpec(spec) => match &spec.window_name {
+            None => Ok(spec.clone()),
+            Some(base) => inherit(find(&base.value)?, &base.value, spec, "<unnamed window>"),
+        },
+    }
+}
+
+/// Window `child` (named `child_name`) defined on window `base_name`: it takes the base's
+/// partitioning and ordering and may add an ordering and a frame, as MySQL allows.
+fn inherit(
+    base: &ast::WindowSpec,
+    base_name: &str,
+    child: &ast::WindowSpec,
+    child_name: &str,
+) -> SqlResult<ast::WindowSpec> {
+    if !child.partition_by.is_empty() {
+        return Err(SqlError::new(
+            code::WINDOW_NO_CHILD_PARTITIONING,
+            "A window which depends on another cannot define partitioning.",
+        ));
+    }
+    if base.window_frame.is_some() {
+        return Err(SqlError::new(
+            code::WINDOW_NO_INHERIT_FRAME,
+            format!("Window '{base_name}' has a frame definition, so cannot be referenced by another window."),
+        ));
+    }
+    if !base.order_by.is_empty() && !child.order_by.is_empty() {
+        return Err(SqlError::new(
+            code::WINDOW_NO_REDEFINE_ORDER_BY,
+            format!("Window '{child_name}' cannot inherit '{base_name}' since both contain an ORDER BY clause."),
+        ));
+    }
+    let mut spec = base.clone();
+    spec.window_name = None;
+    if !child.order_by.is_empty() {
+        spec.order_by = child.order_by.clone();
+    }
+    spec.window_frame = child.window_frame.clone();
+    Ok(spec)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The named windows of `SELECT … WINDOW …`, resolved, as text; or the error code.
+    fn windows(sql: &str) -> Result<Vec<String>, u16> {
+        let ast::Statement::Query(q) = crate::sql::parse::parse_one(sql).unwrap() else { panic!("not a query") };
+        let ast::SetExpr::Select(s) = q.body.as_ref() else { panic!("not a select") };
+        named_windows(&s.named_window).map(|w| w.iter().map(|(n, s)| format!("{n}: {s}")).collect()).map_err(|e| e.code)
+    }
+
+    #[test]
+    fn named_windows_inherit_as_mysql_allows() {
+        assert_eq!(
+            windows("SELECT 1 FROM t WINDOW a AS (PARTITION BY x), b AS (a ORDER BY y), c AS (b)").unwrap(),
+            ["a: PARTITION BY x", "b: PARTITION BY x ORDER BY y", "c: PARTITION BY x ORDER BY y"]
+        );
+        // Defined later than used is fine; a frame may be added by the inheriting window.
+        assert_eq!(
+            windows("SELECT 1 FROM t WINDOW b AS (a ROWS BETWEEN 1 PRECEDING AND CURRENT ROW), a AS (ORDER BY y)")
+                .unwrap()[0],
+            "b: ORDER BY y ROWS BETWEEN 1 PRECEDING AND CURRENT ROW"
+        );
+        let err = |sql: &str| windows(sql).unwrap_err();
+        assert_eq!(err("SELECT 1 FROM t WINDOW a AS (), a AS ()"), code::WINDOW_DUPLICATE_NAME);
+        assert_eq!(err("SELECT 1 FROM t WINDOW a AS (b)"), code::WINDOW_NO_SUCH_WINDOW);
+        assert_eq!(err("SELECT 1 FROM t WINDOW a AS (b), b AS (a)"), code::WINDOW_CIRCULARITY_IN_WINDOW_GRAPH);
+        assert_eq!(err("SELECT 1 FROM t WINDOW a AS (), b AS (a PARTITION BY x)"), code::WINDOW_NO_CHILD_PARTITIONING);
+        assert_eq!(
+            err("SELECT 1 FROM t WINDOW a AS (ORDER BY x), b AS (a ORDER BY y)"),
+            code::WINDOW_NO_REDEFINE_ORDER_BY
+        );
+        assert_eq!(
+            err("SELECT 1 FROM t WINDOW a AS (ROWS UNBOUNDED PRECEDING), b AS (a)"),
+            code::WINDOW_NO_INHERIT_FRAME
+        );
+
+        let named = named_windows(&[]).unwrap();
+        let over = ast::WindowType::NamedWindow(ast::Ident::new("w"));
+        assert_eq!(resolve(&over, &named).unwrap_err().code, code::WINDOW_NO_SUCH_WINDOW);
+    }
 
     fn run(func: WinFunc, args: Vec<Expr>, order: bool, frame: Option<Frame>, vals: &[i64]) -> Vec<String> {
         let spec = WinSpec {
