@@ -178,6 +178,15 @@ pub struct IndexSpec {
 }
 
 impl IndexSpec {
+    /// The name the primary key's index goes by (MySQL's).
+    pub const PRIMARY: &'static str = "PRIMARY";
+
+    /// The primary key as an ordered index (as in NDB: range scans and ORDER BY on it); mgmd
+    /// gives it its id.
+    pub fn primary(columns: Vec<u32>) -> IndexSpec {
+        IndexSpec { id: 0, name: IndexSpec::PRIMARY.into(), columns, unique: false, prefix_lens: vec![] }
+    }
+
     /// `v`, a value of the index's `i`-th column, cut to that column's prefix length.
     pub fn cut(&self, i: usize, v: Value) -> Value {
         match (v, self.prefix_lens.get(i).copied().unwrap_or(0) as usize) {

@@ -217,7 +217,7 @@ pub(crate) fn new_layout(env: &Env, t: &TableRef, ops: &[AlterTableOperation]) -
     let mut indexes: Vec<NamedIndex> = table
         .indexes
         .iter()
-        .filter(|i| i.name != "PRIMARY")
+        .filter(|i| i.name != IndexSpec::PRIMARY)
         .map(|i| {
             let prefix = |k: usize| i.prefix_lens.get(k).copied().unwrap_or(0);
             let columns = names(&i.columns).into_iter().enumerate().map(|(k, n)| (n, prefix(k))).collect();
@@ -342,7 +342,9 @@ pub(crate) fn new_layout(env: &Env, t: &TableRef, ops: &[AlterTableOperation]) -
                 let name = name.unwrap_or_else(|| {
                     default_index_name(&columns, positions[0], indexes.iter().map(|i| i.name.as_str()))
                 });
-                if indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&name)) || name.eq_ignore_ascii_case("PRIMARY") {
+                if indexes.iter().any(|i| i.name.eq_ignore_ascii_case(&name))
+                    || name.eq_ignore_ascii_case(IndexSpec::PRIMARY)
+                {
                     return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{name}'")));
                 }
                 let prefix = |k: usize| prefixes.get(k).copied().unwrap_or(0);
@@ -384,13 +386,7 @@ pub(crate) fn new_layout(env: &Env, t: &TableRef, ops: &[AlterTableOperation]) -
     }
     let mut specs = vec![];
     if !primary_key.is_empty() {
-        specs.push(IndexSpec {
-            id: 0,
-            name: "PRIMARY".into(),
-            columns: primary_key.clone(),
-            unique: false,
-            prefix_lens: vec![],
-        });
+        specs.push(IndexSpec::primary(primary_key.clone()));
     }
     for ix in &indexes {
         let names: Vec<String> = ix.columns.iter().map(|(n, _)| n.clone()).collect();

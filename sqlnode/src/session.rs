@@ -797,7 +797,7 @@ impl Session {
                     }
                 }
                 // Ordered indexes (the ordered copy of PRIMARY is part of PRIMARY above).
-                for ix in t.table.indexes.iter().filter(|i| i.name != "PRIMARY") {
+                for ix in t.table.indexes.iter().filter(|i| i.name != IndexSpec::PRIMARY) {
                     for (seq, &c) in ix.columns.iter().enumerate() {
                         rows.push(vec![
                             t.name.clone(),
@@ -1088,13 +1088,7 @@ impl Session {
         // The primary key is an ordered index too (as in NDB): range scans and ORDER BY on it.
         let mut indexes = vec![];
         if !pk.is_empty() {
-            indexes.push(IndexSpec {
-                id: 0,
-                name: "PRIMARY".into(),
-                columns: pk.clone(),
-                unique: false,
-                prefix_lens: vec![],
-            });
+            indexes.push(IndexSpec::primary(pk.clone()));
         }
         indexes.extend(secondary);
         let spec = TableSpec { name: format!("{db}.{name}"), columns, primary_key: pk, partition_key };
@@ -1347,7 +1341,7 @@ pub fn show_create(t: &TableRef) -> String {
             t.table.spec.primary_key.iter().map(|&k| format!("`{}`", t.col_name(k as usize))).collect();
         lines.push(format!("  PRIMARY KEY ({})", cols.join(",")));
     }
-    for ix in t.table.indexes.iter().filter(|i| i.name != "PRIMARY") {
+    for ix in t.table.indexes.iter().filter(|i| i.name != IndexSpec::PRIMARY) {
         let cols: Vec<String> = ix
             .columns
             .iter()
