@@ -8,7 +8,8 @@ use std::sync::Arc;
 use shoal_proto::convert::state_to_pb;
 use shoal_proto::pb;
 use shoal_proto::{
-    AccountName, ErrorCode, IndexSpec, PasswordHashes, ShoalError, TableSpec, UserAccount, MAX_TABLE_NAME_BYTES,
+    AccountName, ErrorCode, IndexSpec, PasswordHashes, ShoalError, TableSpec, UserAccount, MAX_RENAMES,
+    MAX_TABLE_NAME_BYTES,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -16,7 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::leader::{Heartbeat, Leader};
 use crate::raft::{raft_id, Consensus};
-use crate::state::{Command, CommandResult, MAX_RENAMES};
+use crate::state::{Command, CommandResult};
 
 /// Cluster maps queued per watcher. The watch channel underneath keeps only the newest map,
 /// so a slow watcher skips epochs instead of growing a queue.

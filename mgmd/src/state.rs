@@ -10,6 +10,7 @@ use shoal_proto::users::{account_list, MAX_GRANTS_PER_USER, MAX_USERS};
 use shoal_proto::{
     AccountName, ClusterState, Epoch, ErrorCode, IndexSpec, Node, NodeId, NodeKind, NodeState, PartitionAssignment,
     PartitionId, PasswordHashes, Replica, RolledBack, ShoalError, Table, TableSpec, UserAccount, MAX_INDEXES,
+    MAX_RENAMES,
 };
 
 /// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
@@ -20,9 +21,6 @@ pub const MAX_ROLLED_BACK: usize = 16;
 
 /// Most tables in one cluster.
 pub const MAX_TABLES: usize = 4096;
-
-/// Most renames in one `RenameTables` command (one RENAME TABLE statement).
-pub const MAX_RENAMES: usize = 64;
 
 /// The newest global checkpoint any data node of `group` can restore from its files.
 fn newest_restorable(cluster: &ClusterState, group: u32) -> u64 {

@@ -154,6 +154,8 @@ pub struct Table {
 
 /// Most indexes per table.
 pub const MAX_INDEXES: usize = 64;
+/// Most renames in one RENAME TABLE (one catalog change).
+pub const MAX_RENAMES: usize = 64;
 /// Most columns per index.
 pub const MAX_INDEX_COLUMNS: usize = 16;
 

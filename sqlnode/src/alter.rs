@@ -22,7 +22,7 @@
 
 use std::collections::HashSet;
 
-use shoal_proto::{Column, ColumnType, ErrorCode, IndexSpec, TableSpec, Value};
+use shoal_proto::{Column, ColumnType, ErrorCode, IndexSpec, TableSpec, Value, MAX_RENAMES};
 use sqlparser::ast::{self, AlterColumnOperation, AlterTableOperation, TableConstraint};
 use tokio_stream::StreamExt;
 
@@ -42,9 +42,6 @@ const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Rows per insert batch while copying.
 const COPY_BATCH: usize = 500;
-
-/// Most renames in one RENAME TABLE (mgmd's `MAX_RENAMES`).
-const MAX_RENAMES: usize = 64;
 
 /// Where a column of the new layout gets its values, while the operations are applied.
 #[derive(Clone, Debug, PartialEq)]
@@ -580,11 +577,7 @@ impl Session {
     /// statement order), then one catalog change that moves only names.
     pub(crate) async fn rename_tables(&self, pairs: &[(Vec<String>, Vec<String>)]) -> SqlResult<()> {
         let renames = self.plan_renames(pairs).await?;
-        match self.client().rename_tables(&renames).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.code == ErrorCode::TableExists => Err(SqlError::new(code::TABLE_EXISTS, e.message)),
-            Err(e) => Err(SqlError::from_cluster(&e)),
-        }
+        self.client().rename_tables(&renames).await.map(drop).map_err(|e| SqlError::from_cluster(&e))
     }
 
     /// The checks of [`Session::rename_tables`]; the renames as catalog names (`db.t`).
