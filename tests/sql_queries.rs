@@ -1050,3 +1050,154 @@ async fn prepared_statements_answer_as_their_literal_forms() {
     assert_eq!(rows(&mut c, "SELECT a, b FROM u ORDER BY a").await, ["2,7", "3,7", "6,7"]);
     c.disconnect().await.unwrap();
 }
+
+/// Root on the cluster's SQL node `i`.
+fn root_opts_at(cluster: &TestCluster, i: usize) -> OptsBuilder {
+    let (host, port) = cluster.mysql_addrs[i].rsplit_once(':').unwrap();
+    OptsBuilder::default()
+        .ip_or_hostname(host.to_string())
+        .tcp_port(port.parse().unwrap())
+        .user(Some("root"))
+        .prefer_socket(false)
+}
+
+/// Triggers created through one SQL node fire for statements on another, row by row, inside
+/// the statement's transaction: a failing trigger takes the whole statement back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_fire_for_each_row_on_every_sql_node() {
+    let cluster = TestCluster::start_with_sql(1, 2, 1, 2);
+    let mut a = Conn::new(root_opts_at(&cluster, 0)).await.expect("connect");
+    for sql in [
+        "CREATE DATABASE tg",
+        "USE tg",
+        "CREATE TABLE acct (id INT PRIMARY KEY, bal INT NOT NULL, name VARCHAR(20))",
+        "CREATE TABLE audit (id INT AUTO_INCREMENT PRIMARY KEY, what VARCHAR(10), acct INT, oldbal INT, newbal INT)",
+        "CREATE TABLE counts (what VARCHAR(10) PRIMARY KEY, n INT)",
+        "INSERT INTO counts VALUES ('audit', 0)",
+        "CREATE TRIGGER acct_bi BEFORE INSERT ON acct FOR EACH ROW BEGIN\n\
+           IF NEW.bal < 0 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'negative balance'; END IF;\n\
+           SET NEW.name = UPPER(NEW.name);\n\
+         END",
+        "CREATE TRIGGER acct_ai AFTER INSERT ON acct FOR EACH ROW \
+         INSERT INTO audit (what, acct, newbal) VALUES ('insert', NEW.id, NEW.bal)",
+        "CREATE DEFINER = CURRENT_USER TRIGGER acct_au AFTER UPDATE ON acct FOR EACH ROW \
+         INSERT INTO audit (what, acct, oldbal, newbal) VALUES ('update', NEW.id, OLD.bal, NEW.bal)",
+        "CREATE TRIGGER tg.acct_bd BEFORE DELETE ON tg.acct FOR EACH ROW \
+         INSERT INTO audit (what, acct, oldbal) VALUES ('delete', OLD.id, OLD.bal);",
+        // A trigger's write fires the written table's own triggers.
+        "CREATE TRIGGER audit_ai AFTER INSERT ON audit FOR EACH ROW UPDATE counts SET n = n + 1 WHERE what = 'audit'",
+    ] {
+        a.query_drop(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    // The other SQL node learns of the triggers from the cluster map.
+    let mut b = Conn::new(root_opts_at(&cluster, 1)).await.expect("connect");
+    b.query_drop("USE tg").await.unwrap();
+    let mut shown = 0;
+    for _ in 0..50 {
+        shown = b.query::<mysql_async::Row, _>("SHOW TRIGGERS").await.unwrap().len();
+        if shown == 5 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(shown, 5);
+    b.query_drop("INSERT INTO acct VALUES (1, 100, 'ann'), (2, 50, 'bob')").await.unwrap();
+    assert_eq!(rows(&mut b, "SELECT * FROM acct ORDER BY id").await, ["1,100,ANN", "2,50,BOB"]);
+    // The second row's BEFORE trigger fails: the first row and its audit row go too.
+    let e = b.query_drop("INSERT INTO acct VALUES (3, 10, 'cy'), (4, -1, 'dee')").await.unwrap_err();
+    match e {
+        mysql_async::Error::Server(e) => {
+            assert_eq!((e.code, e.state.as_str(), e.message.as_str()), (1644, "45000", "negative balance"))
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(rows(&mut b, "SELECT COUNT(*) FROM acct").await, ["2"]);
+    // UPDATE and DELETE by primary key, also as prepared statements (their key fast paths
+    // must not skip the triggers).
+    b.exec_drop("UPDATE acct SET bal = bal + ? WHERE id = ?", (5, 1)).await.unwrap();
+    b.query_drop("UPDATE acct SET bal = bal * 2").await.unwrap();
+    b.exec_drop("DELETE FROM acct WHERE id = ?", (2,)).await.unwrap();
+    // INSERT IGNORE of a taken key: no AFTER INSERT for the row it skipped.
+    b.query_drop("INSERT IGNORE INTO acct VALUES (1, 7, 'x')").await.unwrap();
+    assert_eq!(
+        rows(&mut b, "SELECT what, acct, oldbal, newbal FROM audit ORDER BY what, acct, oldbal").await,
+        [
+            "delete,2,100,NULL",
+            "insert,1,NULL,100",
+            "insert,2,NULL,50",
+            "update,1,100,105",
+            "update,1,105,210",
+            "update,2,50,100"
+        ]
+    );
+    assert_eq!(rows(&mut b, "SELECT n FROM counts").await, ["6"]);
+    // A rolled-back transaction takes its triggers' writes with it.
+    b.query_drop("BEGIN").await.unwrap();
+    b.query_drop("UPDATE acct SET bal = 0 WHERE id = 1").await.unwrap();
+    b.query_drop("ROLLBACK").await.unwrap();
+    assert_eq!(rows(&mut b, "SELECT COUNT(*) FROM audit").await, ["6"]);
+
+    // What MySQL refuses, with its codes.
+    let refused = [
+        ("CREATE TRIGGER acct_ai AFTER DELETE ON counts FOR EACH ROW DELETE FROM audit", 1359),
+        ("DROP TRIGGER nope", 1360),
+        ("CREATE TRIGGER x AFTER INSERT ON acct FOR EACH ROW SET NEW.bal = 1", 1362),
+        ("CREATE TRIGGER x BEFORE UPDATE ON acct FOR EACH ROW SET OLD.bal = 1", 1362),
+        ("CREATE TRIGGER x BEFORE DELETE ON acct FOR EACH ROW DELETE FROM audit WHERE acct = NEW.id", 1363),
+        ("CREATE TRIGGER x BEFORE INSERT ON acct FOR EACH ROW DELETE FROM audit WHERE acct = OLD.id", 1363),
+        ("CREATE TRIGGER x BEFORE INSERT ON acct FOR EACH ROW SELECT 1", 1415),
+        ("CREATE TRIGGER x BEFORE INSERT ON acct FOR EACH ROW SET NEW.nope = 1", 1054),
+        ("CREATE TRIGGER x BEFORE INSERT ON acct FOR EACH ROW DROP TABLE audit", 1422),
+        ("CREATE TRIGGER other.x BEFORE INSERT ON acct FOR EACH ROW SET NEW.bal = 1", 1435),
+        ("CREATE TRIGGER x BEFORE INSERT ON nope FOR EACH ROW SET NEW.bal = 1", 1146),
+        ("CREATE TRIGGER x BEFORE INSERT ON acct FOR EACH ROW", 1064),
+        ("INSERT INTO acct VALUES (1, 1, 'a') ON DUPLICATE KEY UPDATE bal = 2", 1235),
+    ];
+    for (sql, code) in refused {
+        assert_eq!(code_of(a.query_drop(sql).await), code, "{sql}");
+    }
+    a.query_drop("CREATE VIEW v AS SELECT * FROM acct").await.unwrap();
+    assert_eq!(code_of(a.query_drop("CREATE TRIGGER x BEFORE INSERT ON v FOR EACH ROW SET NEW.bal = 1").await), 1361);
+    // A trigger may not write the table whose statement fired it (checked when it fires).
+    a.query_drop("CREATE TRIGGER counts_bu BEFORE UPDATE ON counts FOR EACH ROW DELETE FROM counts").await.unwrap();
+    assert_eq!(code_of(a.query_drop("UPDATE counts SET n = 0").await), 1442);
+    a.query_drop("DROP TRIGGER counts_bu").await.unwrap();
+    a.query_drop("DROP TRIGGER IF EXISTS counts_bu").await.unwrap();
+
+    // SHOW CREATE TRIGGER gives the statement back; ALTER TABLE keeps the triggers, DROP TABLE
+    // drops them.
+    let create: Vec<(String, String, String, String, String, String, String)> =
+        a.query("SHOW CREATE TRIGGER acct_ai").await.unwrap();
+    assert_eq!(
+        create[0].2,
+        "CREATE DEFINER=`root`@`%` TRIGGER `acct_ai` AFTER INSERT ON `acct` FOR EACH ROW \
+         INSERT INTO audit (what, acct, newbal) VALUES ('insert', NEW.id, NEW.bal)"
+    );
+    assert_eq!(
+        rows(
+            &mut a,
+            "SELECT TRIGGER_NAME, EVENT_MANIPULATION, EVENT_OBJECT_TABLE, ACTION_ORDER, ACTION_TIMING \
+             FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'tg' ORDER BY 1"
+        )
+        .await,
+        [
+            "acct_ai,INSERT,acct,1,AFTER",
+            "acct_au,UPDATE,acct,1,AFTER",
+            "acct_bd,DELETE,acct,1,BEFORE",
+            "acct_bi,INSERT,acct,1,BEFORE",
+            "audit_ai,INSERT,audit,1,AFTER"
+        ]
+    );
+    a.query_drop("ALTER TABLE acct ADD COLUMN note VARCHAR(10)").await.unwrap();
+    a.query_drop("INSERT INTO acct (id, bal, name) VALUES (7, 1, 'eve')").await.unwrap();
+    assert_eq!(rows(&mut a, "SELECT name FROM acct WHERE id = 7").await, ["EVE"]);
+    a.query_drop("CREATE DATABASE tg2").await.unwrap();
+    assert_eq!(code_of(a.query_drop("RENAME TABLE acct TO tg2.acct").await), 1435);
+    a.query_drop("RENAME TABLE acct TO acct2, acct2 TO acct").await.unwrap();
+    a.query_drop("DROP TABLE acct").await.unwrap();
+    let left: Vec<String> =
+        rows(&mut a, "SHOW TRIGGERS").await.iter().map(|r| r.split(',').next().unwrap().into()).collect();
+    assert_eq!(left, ["audit_ai"]);
+    a.query_drop("CREATE TABLE acct (id INT PRIMARY KEY)").await.unwrap();
+    a.query_drop("CREATE TRIGGER acct_ai AFTER INSERT ON acct FOR EACH ROW DELETE FROM counts").await.unwrap();
+}

@@ -3,7 +3,7 @@
 //! writes retriably), copies the rows, and swaps the copy in under the old name.
 
 use shoal_proto::pb;
-use shoal_proto::Table;
+use shoal_proto::{Table, Trigger};
 
 use crate::{table_of, Client, Result};
 
@@ -29,5 +29,19 @@ impl Client {
         let req = pb::RenameTablesRequest { renames };
         let resp = self.catalog_change(req, |mut c, r| async move { c.rename_tables(r).await }).await?;
         table_of(resp)
+    }
+
+    /// Adds a trigger to `table` (`db.t`); returns the table as it is now.
+    pub async fn create_trigger(&self, table: &str, trigger: &Trigger, if_not_exists: bool) -> Result<Table> {
+        let req = pb::CreateTriggerRequest { table: table.to_string(), trigger: Some(trigger.into()), if_not_exists };
+        let resp = self.catalog_change(req, |mut c, r| async move { c.create_trigger(r).await }).await?;
+        table_of(resp)
+    }
+
+    /// Drops trigger `name` of database `db`. `Ok(false)`: there was none (only with `if_exists`).
+    pub async fn drop_trigger(&self, db: &str, name: &str, if_exists: bool) -> Result<bool> {
+        let req = pb::DropTriggerRequest { database: db.to_string(), name: name.to_string(), if_exists };
+        let resp = self.catalog_change(req, |mut c, r| async move { c.drop_trigger(r).await }).await?;
+        Ok(resp.table.is_some())
     }
 }

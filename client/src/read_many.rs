@@ -267,7 +267,7 @@ pub(crate) mod tests {
             partition_key: vec![],
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
-        Table { id: 7, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
+        Table { id: 7, spec, partition_count: 4, schema_version: 1, hidden_pk, ..Default::default() }
     }
 
     /// `rows` as a data node packs them.

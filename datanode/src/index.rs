@@ -233,7 +233,7 @@ mod tests {
             IndexSpec { id: 1, name: "by_v".into(), columns: vec![1], unique: false, prefix_lens: vec![] },
             IndexSpec { id: 2, name: "by_f".into(), columns: vec![2], unique: false, prefix_lens: vec![] },
         ];
-        Table { id: 1, spec, partition_count: 1, schema_version: 1, hidden_pk, indexes, read_only: false }
+        Table { id: 1, spec, partition_count: 1, schema_version: 1, hidden_pk, indexes, ..Default::default() }
     }
 
     fn put(s: &mut PartitionStore, t: &Table, k: i64, v: Option<i64>, f: f64, seq: u64) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use shoal_proto::convert::state_to_pb;
 use shoal_proto::pb;
 use shoal_proto::{
-    AccountName, ErrorCode, IndexSpec, PasswordHashes, ShoalError, TableSpec, UserAccount, MAX_RENAMES,
+    AccountName, ErrorCode, IndexSpec, PasswordHashes, ShoalError, TableSpec, Trigger, UserAccount, MAX_RENAMES,
     MAX_TABLE_NAME_BYTES,
 };
 use tokio::sync::{mpsc, watch};
@@ -314,6 +314,34 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             let renames: Vec<(String, String)> = r.renames.into_iter().map(|x| (x.from, x.to)).collect();
             tracing::info!(?renames, "rename tables");
             self.on_leader(Command::RenameTables { renames }).await
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn create_trigger(
+        &self,
+        req: Request<pb::CreateTriggerRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let trigger = r.trigger.ok_or_else(|| invalid("missing trigger")).and_then(Trigger::try_from);
+        let res = match trigger {
+            _ if table_name_bad(&r.table) => Err(bad_table_name()),
+            Err(e) => Err(e),
+            Ok(trigger) => {
+                tracing::info!(table = %r.table, trigger = %trigger.name, "create trigger");
+                self.on_leader(Command::CreateTrigger { table: r.table, trigger, if_not_exists: r.if_not_exists }).await
+            }
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn drop_trigger(&self, req: Request<pb::DropTriggerRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = if table_name_bad(&r.name) || table_name_bad(&r.database) {
+            Err(invalid(format!("trigger and database names must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        } else {
+            tracing::info!(database = %r.database, trigger = %r.name, "drop trigger");
+            self.on_leader(Command::DropTrigger { database: r.database, name: r.name, if_exists: r.if_exists }).await
         };
         Ok(self.admin(res))
     }

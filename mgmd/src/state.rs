@@ -9,8 +9,8 @@ use shoal_proto::config::ClusterConfig;
 use shoal_proto::users::{account_list, MAX_GRANTS_PER_USER, MAX_USERS};
 use shoal_proto::{
     AccountName, ClusterState, Epoch, ErrorCode, IndexSpec, Node, NodeId, NodeKind, NodeState, PartitionAssignment,
-    PartitionId, PasswordHashes, Replica, RolledBack, ShoalError, Table, TableSpec, UserAccount, MAX_INDEXES,
-    MAX_RENAMES,
+    PartitionId, PasswordHashes, Replica, RolledBack, ShoalError, Table, TableSpec, Trigger, UserAccount, MAX_INDEXES,
+    MAX_RENAMES, MAX_TRIGGERS, MAX_TRIGGER_BODY_BYTES,
 };
 
 /// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
@@ -106,6 +106,19 @@ pub enum Command {
     RenameTables {
         renames: Vec<(String, String)>,
     },
+    /// CREATE TRIGGER on `table` (`db.t`), fired after the table's other triggers of the same
+    /// timing and event. Its name must be free in the table's database.
+    CreateTrigger {
+        table: String,
+        trigger: Trigger,
+        if_not_exists: bool,
+    },
+    /// DROP TRIGGER `database`.`name`.
+    DropTrigger {
+        database: String,
+        name: String,
+        if_exists: bool,
+    },
     /// Moves primaries back to their preferred nodes, where those are up and complete.
     Rebalance,
     /// Global checkpoint `gci` is on disk on every live data node; `restorable` are the nodes
@@ -152,6 +165,8 @@ impl Command {
             Command::SetReadOnly { .. } => "set-read-only",
             Command::ReplaceTable { .. } => "replace-table",
             Command::RenameTables { .. } => "rename-tables",
+            Command::CreateTrigger { .. } => "create-trigger",
+            Command::DropTrigger { .. } => "drop-trigger",
             Command::Rebalance => "rebalance",
             Command::GciComplete { .. } => "gci-complete",
             Command::CreateUsers { .. } => "create-users",
@@ -191,6 +206,11 @@ fn initial_users() -> Vec<UserAccount> {
 /// Where `account` is in `users`.
 fn find_user(users: &[UserAccount], account: &AccountName) -> Option<usize> {
     users.iter().position(|u| u.account.is(&account.name, &account.host))
+}
+
+/// The database of a catalog table name `db.t`.
+fn database_of(table: &str) -> &str {
+    table.split_once('.').map_or("", |(db, _)| db)
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ShoalError {
@@ -252,6 +272,10 @@ impl Model {
             Command::SetReadOnly { table, read_only } => self.set_read_only(&table, read_only),
             Command::ReplaceTable { table, with } => self.replace_table(&table, &with),
             Command::RenameTables { renames } => self.rename_tables(&renames),
+            Command::CreateTrigger { table, trigger, if_not_exists } => {
+                self.create_trigger(&table, trigger, if_not_exists)
+            }
+            Command::DropTrigger { database, name, if_exists } => self.drop_trigger(&database, &name, if_exists),
             Command::Rebalance => self.rebalance(),
             Command::GciComplete { .. }
             | Command::CreateUsers { .. }
@@ -701,6 +725,7 @@ impl Model {
             hidden_pk,
             indexes: vec![],
             read_only: false,
+            triggers: vec![],
         };
         for index in indexes {
             add_index(&mut table, index)?;
@@ -718,6 +743,7 @@ impl Model {
                 hidden_pk: false,
                 indexes: vec![],
                 read_only: false,
+                triggers: vec![],
             });
         }
         if self.cluster.tables.len() + 1 + hidden.len() > MAX_TABLES {
@@ -773,9 +799,11 @@ impl Model {
                 format!("table {table} took writes during the copy; the ALTER TABLE is abandoned"),
             ));
         }
-        let name = old.spec.name.clone();
+        let (name, triggers) = (old.spec.name.clone(), old.triggers.clone());
         let new = self.table_mut(with)?;
         new.spec.name = name.clone();
+        // The triggers stay with the table (ALTER TABLE keeps them in MySQL too).
+        new.triggers = triggers;
         new.read_only = false;
         new.schema_version += 1;
         let id = new.id;
@@ -801,6 +829,13 @@ impl Model {
                 return Err(err(ErrorCode::SchemaChanged, format!("table {from} is being altered")));
             }
             let (id, old) = (t.id, t.clone());
+            if !old.triggers.is_empty() && !database_of(from).eq_ignore_ascii_case(database_of(to)) {
+                // Trigger names are unique per database (MySQL refuses this too, 1435).
+                return Err(err(
+                    ErrorCode::InvalidArgument,
+                    format!("table {from} has triggers: it cannot move to another database"),
+                ));
+            }
             // A name may change its case only (names compare case-insensitively).
             if !from.eq_ignore_ascii_case(to) && self.cluster.table(to).is_some() {
                 return Err(err(ErrorCode::TableExists, format!("table {to} already exists")));
@@ -821,6 +856,47 @@ impl Model {
             out = Some(new);
         }
         Ok(Outcome { epoch: 0, table: out, ..Outcome::default() })
+    }
+
+    /// The table of database `db` holding trigger `name` (names compare case-insensitively).
+    fn trigger_table(&self, db: &str, name: &str) -> Option<&Table> {
+        self.cluster.tables.iter().find(|t| {
+            database_of(&t.spec.name).eq_ignore_ascii_case(db)
+                && t.triggers.iter().any(|tr| tr.name.eq_ignore_ascii_case(name))
+        })
+    }
+
+    fn create_trigger(&mut self, table: &str, trigger: Trigger, if_not_exists: bool) -> CommandResult {
+        self.config()?;
+        if trigger.name.is_empty() || trigger.body.len() > MAX_TRIGGER_BODY_BYTES {
+            return Err(err(ErrorCode::InvalidArgument, "a trigger needs a name and a body of at most 16 KiB"));
+        }
+        self.table_mut(table)?;
+        if let Some(holder) = self.trigger_table(database_of(table), &trigger.name) {
+            if if_not_exists {
+                return Ok(Outcome { epoch: 0, table: Some(holder.clone()), ..Outcome::default() });
+            }
+            return Err(err(ErrorCode::TriggerExists, format!("trigger {} already exists", trigger.name)));
+        }
+        let t = self.table_mut(table)?;
+        if t.triggers.len() >= MAX_TRIGGERS {
+            return Err(err(ErrorCode::TooLarge, format!("a table has at most {MAX_TRIGGERS} triggers")));
+        }
+        t.triggers.push(trigger);
+        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
+    }
+
+    fn drop_trigger(&mut self, db: &str, name: &str, if_exists: bool) -> CommandResult {
+        self.config()?;
+        let Some(id) = self.trigger_table(db, name).map(|t| t.id) else {
+            if if_exists {
+                return Ok(Outcome::default());
+            }
+            return Err(err(ErrorCode::NoSuchTrigger, format!("trigger {db}.{name} does not exist")));
+        };
+        let t = self.cluster.tables.iter_mut().find(|t| t.id == id).expect("found above");
+        t.triggers.retain(|tr| !tr.name.eq_ignore_ascii_case(name));
+        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
     }
 
     fn drop_index(&mut self, table: &str, name: &str, if_exists: bool) -> CommandResult {
@@ -1362,6 +1438,63 @@ mod tests {
         assert_eq!(altered.code, ErrorCode::SchemaChanged, "a table an ALTER is copying keeps its name");
         m.apply(Command::SetReadOnly { table: "d.b".into(), read_only: false }).unwrap();
         assert_eq!(m.cluster.tables, before.tables);
+    }
+
+    #[test]
+    fn triggers_are_named_once_per_database_and_live_and_die_with_their_table() {
+        let mut m = started(1, 2);
+        let create = |name: &str| Command::CreateTable {
+            spec: TableSpec {
+                name: name.into(),
+                columns: vec![Column::new("k", ColumnType::Int)],
+                primary_key: vec![0],
+                partition_key: vec![],
+            },
+            if_not_exists: false,
+            indexes: vec![],
+        };
+        let trigger = |name: &str| Trigger {
+            name: name.into(),
+            before: true,
+            event: shoal_proto::TriggerEvent::Insert,
+            body: "SET NEW.k = NEW.k + 1".into(),
+            definer: "'root'@'%'".into(),
+            created_ms: 1,
+        };
+        let add = |table: &str, name: &str, if_not_exists| Command::CreateTrigger {
+            table: table.into(),
+            trigger: trigger(name),
+            if_not_exists,
+        };
+        let drop = |db: &str, name: &str, if_exists| Command::DropTrigger {
+            database: db.into(),
+            name: name.into(),
+            if_exists,
+        };
+        m.apply(create("d.a")).unwrap();
+        m.apply(create("d.b")).unwrap();
+        m.apply(create("e.a")).unwrap();
+        let epoch = m.cluster.epoch;
+        let t = m.apply(add("d.a", "tr", false)).unwrap().table.unwrap();
+        assert_eq!((t.triggers.len(), m.cluster.epoch), (1, epoch + 1), "a catalog change moves the epoch");
+        // One name per database, whatever the table and the case; another database may reuse it.
+        assert_eq!(m.apply(add("d.b", "TR", false)).unwrap_err().code, ErrorCode::TriggerExists);
+        assert_eq!(m.apply(add("d.b", "tr", true)).unwrap().table.unwrap().spec.name, "d.a");
+        m.apply(add("e.a", "tr", false)).unwrap();
+        assert_eq!(m.apply(add("d.nope", "x", false)).unwrap_err().code, ErrorCode::NoSuchTable);
+        // Within the database only; not into another one while it has triggers.
+        let rename = |a: &str, b: &str| Command::RenameTables { renames: vec![(a.into(), b.into())] };
+        m.apply(rename("d.a", "d.a2")).unwrap();
+        assert_eq!(m.apply(rename("d.a2", "f.a2")).unwrap_err().code, ErrorCode::InvalidArgument);
+        assert_eq!(m.apply(drop("d", "nope", false)).unwrap_err().code, ErrorCode::NoSuchTrigger);
+        m.apply(drop("d", "nope", true)).unwrap();
+        assert!(m.apply(drop("d", "Tr", false)).unwrap().table.unwrap().triggers.is_empty());
+        assert_eq!(m.apply(drop("d", "tr", false)).unwrap_err().code, ErrorCode::NoSuchTrigger);
+        // Dropped with the table: the name is free again.
+        m.apply(add("d.b", "tr", false)).unwrap();
+        m.apply(Command::DropTable { name: "d.b".into(), if_exists: false }).unwrap();
+        m.apply(add("d.a2", "tr", false)).unwrap();
+        assert_eq!(m.cluster.table("e.a").unwrap().triggers.len(), 1);
     }
 
     #[test]

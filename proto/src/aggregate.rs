@@ -192,7 +192,7 @@ mod tests {
             partition_key: vec![],
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
-        Table { id: 1, spec, partition_count: 2, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
+        Table { id: 1, spec, partition_count: 2, schema_version: 1, hidden_pk, ..Default::default() }
     }
 
     fn row(t: &Table, id: i64, name: Option<&str>, k: Option<i64>, u: u64) -> Vec<u8> {

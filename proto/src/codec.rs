@@ -794,7 +794,7 @@ mod tests {
             partition_key: vec![],
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
-        Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![], read_only: false }
+        Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, ..Default::default() }
     }
 
     #[test]
@@ -985,8 +985,7 @@ mod tests {
             partition_key: vec![],
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
-        let t =
-            Table { id: 2, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![], read_only: false };
+        let t = Table { id: 2, spec, partition_count: 8, schema_version: 1, hidden_pk, ..Default::default() };
         for (a, b) in [(-3, "x\0y"), (0, ""), (i64::MAX, "zz"), (i64::MIN, "\0")] {
             let key =
                 vec![Value::Int(a), Value::Text(b.into()), Value::Bool(true), Value::Bytes(vec![0, 0]), Value::Uint(9)];

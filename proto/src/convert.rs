@@ -162,7 +162,49 @@ impl From<&Table> for pb::Table {
             hidden_pk: t.hidden_pk,
             indexes: t.indexes.iter().map(pb::IndexSpec::from).collect(),
             read_only: t.read_only,
+            triggers: t.triggers.iter().map(pb::Trigger::from).collect(),
         }
+    }
+}
+
+impl From<&Trigger> for pb::Trigger {
+    fn from(t: &Trigger) -> pb::Trigger {
+        let event = match t.event {
+            TriggerEvent::Insert => pb::TriggerEvent::Insert,
+            TriggerEvent::Update => pb::TriggerEvent::Update,
+            TriggerEvent::Delete => pb::TriggerEvent::Delete,
+        };
+        pb::Trigger {
+            name: t.name.clone(),
+            before: t.before,
+            event: event as i32,
+            body: t.body.clone(),
+            definer: t.definer.clone(),
+            created_ms: t.created_ms,
+        }
+    }
+}
+
+impl TryFrom<pb::Trigger> for Trigger {
+    type Error = ShoalError;
+    fn try_from(t: pb::Trigger) -> Result<Trigger, ShoalError> {
+        let event = match pb::TriggerEvent::try_from(t.event) {
+            Ok(pb::TriggerEvent::Insert) => TriggerEvent::Insert,
+            Ok(pb::TriggerEvent::Update) => TriggerEvent::Update,
+            Ok(pb::TriggerEvent::Delete) => TriggerEvent::Delete,
+            _ => return Err(bad(format!("trigger {} has no event", t.name))),
+        };
+        if t.name.is_empty() || t.body.len() > MAX_TRIGGER_BODY_BYTES {
+            return Err(bad("a trigger needs a name and a body of at most 16 KiB"));
+        }
+        Ok(Trigger {
+            name: t.name,
+            before: t.before,
+            event,
+            body: t.body,
+            definer: t.definer,
+            created_ms: t.created_ms,
+        })
     }
 }
 
@@ -199,6 +241,7 @@ impl TryFrom<pb::Table> for Table {
             hidden_pk: t.hidden_pk,
             indexes: t.indexes.into_iter().map(IndexSpec::from).collect(),
             read_only: t.read_only,
+            triggers: t.triggers.into_iter().map(Trigger::try_from).collect::<Result<_, _>>()?,
         })
     }
 }

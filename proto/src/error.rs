@@ -32,6 +32,8 @@ pub enum ErrorCode {
     NoSuchUser,
     NoSuchGrant,
     SchemaChanged,
+    TriggerExists,
+    NoSuchTrigger,
 }
 
 impl ErrorCode {
@@ -64,6 +66,8 @@ impl ErrorCode {
             ErrorCode::NoSuchUser => P::NoSuchUser,
             ErrorCode::NoSuchGrant => P::NoSuchGrant,
             ErrorCode::SchemaChanged => P::SchemaChanged,
+            ErrorCode::TriggerExists => P::TriggerExists,
+            ErrorCode::NoSuchTrigger => P::NoSuchTrigger,
         }) as i32
     }
 
@@ -95,6 +99,8 @@ impl ErrorCode {
             P::NoSuchUser => ErrorCode::NoSuchUser,
             P::NoSuchGrant => ErrorCode::NoSuchGrant,
             P::SchemaChanged => ErrorCode::SchemaChanged,
+            P::TriggerExists => ErrorCode::TriggerExists,
+            P::NoSuchTrigger => ErrorCode::NoSuchTrigger,
         }
     }
 
@@ -126,6 +132,8 @@ impl ErrorCode {
             ErrorCode::NoSuchUser => "NO_SUCH_USER",
             ErrorCode::NoSuchGrant => "NO_SUCH_GRANT",
             ErrorCode::SchemaChanged => "SCHEMA_CHANGED",
+            ErrorCode::TriggerExists => "TRIGGER_EXISTS",
+            ErrorCode::NoSuchTrigger => "NO_SUCH_TRIGGER",
         }
     }
 

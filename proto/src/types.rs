@@ -125,7 +125,7 @@ impl Column {
 }
 
 /// What a user asks for in CREATE TABLE.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TableSpec {
     pub name: String,
     pub columns: Vec<Column>,
@@ -136,7 +136,7 @@ pub struct TableSpec {
 }
 
 /// A table as the catalog holds it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Table {
     pub id: TableId,
     pub spec: TableSpec,
@@ -150,10 +150,50 @@ pub struct Table {
     /// Writes are refused while an ALTER TABLE copies the rows (see `Command::ReplaceTable`).
     #[serde(default)]
     pub read_only: bool,
+    /// Row triggers, in the order they fire (per timing and event); the SQL nodes run them.
+    #[serde(default)]
+    pub triggers: Vec<Trigger>,
+}
+
+/// A row trigger (CREATE TRIGGER): a statement the SQL node runs for each row a statement
+/// inserts, updates or deletes, before or after the row's write. Names are unique per database.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trigger {
+    pub name: String,
+    /// BEFORE (may change the row through `SET NEW.col`), else AFTER.
+    pub before: bool,
+    pub event: TriggerEvent,
+    /// The statement after FOR EACH ROW, as written.
+    pub body: String,
+    /// `'user'@'host'` of the account that created it.
+    pub definer: String,
+    /// When it was created, wall-clock milliseconds since the Unix epoch.
+    pub created_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TriggerEvent {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl TriggerEvent {
+    pub fn as_sql(self) -> &'static str {
+        match self {
+            TriggerEvent::Insert => "INSERT",
+            TriggerEvent::Update => "UPDATE",
+            TriggerEvent::Delete => "DELETE",
+        }
+    }
 }
 
 /// Most indexes per table.
 pub const MAX_INDEXES: usize = 64;
+/// Most triggers per table.
+pub const MAX_TRIGGERS: usize = 64;
+/// Longest trigger body stored, in bytes.
+pub const MAX_TRIGGER_BODY_BYTES: usize = 16 * 1024;
 /// Most renames in one RENAME TABLE (one catalog change).
 pub const MAX_RENAMES: usize = 64;
 /// Most columns per index.
@@ -700,6 +740,7 @@ mod tests {
                 hidden_pk: false,
                 indexes: vec![],
                 read_only: false,
+                triggers: vec![],
             }
         };
         let mut map =

@@ -629,9 +629,14 @@ impl Session {
                 return Err(SqlError::new(code::TABLE_EXISTS, format!("Table '{}' already exists", names[k].1 .1)))
             }
         }
-        for (_, to) in &names {
+        for ((from, to), (catalog, _)) in names.iter().zip(&renames) {
             if !self.db_exists(&to.0) {
                 return Err(SqlError::bad_db(&to.0));
+            }
+            // Trigger names are unique per database: a table with triggers stays in its own.
+            let triggers = map.table(catalog).is_some_and(|t| !t.triggers.is_empty());
+            if triggers && !from.0.eq_ignore_ascii_case(&to.0) {
+                return Err(SqlError::new(code::TRG_IN_WRONG_SCHEMA, "Trigger in wrong schema"));
             }
             if self.find_view(&to.0, &to.1).await?.is_some() {
                 return Err(SqlError::new(code::TABLE_EXISTS, format!("Table '{}' already exists", to.1)));
@@ -684,7 +689,7 @@ mod tests {
             index(2, "v_idx", vec![1], false),
             index(3, "s_u", vec![2], true),
         ];
-        let t = Table { id: 7, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes, read_only: false };
+        let t = Table { id: 7, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes, ..Default::default() };
         TableRef::new("d", "t", t)
     }
 

@@ -102,6 +102,18 @@ pub mod code {
     pub const DATA_TOO_LONG: u16 = 1406;
     pub const WRONG_PARAMCOUNT_TO_NATIVE_FCT: u16 = 1582;
     pub const DATA_OUT_OF_RANGE: u16 = 1690;
+    pub const TRG_ALREADY_EXISTS: u16 = 1359;
+    pub const TRG_DOES_NOT_EXIST: u16 = 1360;
+    pub const TRG_ON_VIEW_OR_TEMP_TABLE: u16 = 1361;
+    pub const TRG_CANT_CHANGE_ROW: u16 = 1362;
+    pub const TRG_NO_SUCH_ROW_IN_TRG: u16 = 1363;
+    pub const SP_BAD_SQLSTATE: u16 = 1407;
+    pub const SP_NO_RETSET: u16 = 1415;
+    pub const COMMIT_NOT_ALLOWED_IN_SF_OR_TRG: u16 = 1422;
+    pub const TRG_IN_WRONG_SCHEMA: u16 = 1435;
+    pub const CANT_UPDATE_USED_TABLE_IN_SF_OR_TRG: u16 = 1442;
+    pub const SIGNAL_NOT_FOUND: u16 = 1643;
+    pub const SIGNAL_EXCEPTION: u16 = 1644;
 }
 
 fn state_of(code: u16) -> &'static str {
@@ -128,7 +140,9 @@ fn state_of(code: u16) -> &'static str {
         | PASSWORD_NO_MATCH
         | SPECIFIC_ACCESS_DENIED
         | CANT_CREATE_USER_WITH_GRANT
+        | SP_BAD_SQLSTATE
         | WRONG_TABLE_NAME => "42000",
+        SP_NO_RETSET => "0A000",
         LOCK_DEADLOCK => "40001",
         TABLE_EXISTS => "42S01",
         BAD_TABLE | NO_SUCH_TABLE => "42S02",
@@ -189,6 +203,8 @@ impl SqlError {
             }
             ErrorCode::NoSuchTable => SqlError::new(NO_SUCH_TABLE, e.message.clone()),
             ErrorCode::TableExists => SqlError::new(TABLE_EXISTS, e.message.clone()),
+            ErrorCode::TriggerExists => SqlError::new(TRG_ALREADY_EXISTS, "Trigger already exists"),
+            ErrorCode::NoSuchTrigger => SqlError::new(TRG_DOES_NOT_EXIST, "Trigger does not exist"),
             ErrorCode::NullViolation => SqlError::new(BAD_NULL, e.message.clone()),
             ErrorCode::TooLarge => SqlError::new(TOO_BIG_ROWSIZE, e.message.clone()),
             ErrorCode::TypeMismatch => SqlError::new(TRUNCATED_WRONG_VALUE_FOR_FIELD, e.message.clone()),

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use shoal_client::{KeyOp, RowDecoder, Values};
-use shoal_proto::{ErrorCode, ShoalError, Value};
+use shoal_proto::{ErrorCode, ShoalError, TriggerEvent, Value};
 use sqlparser::ast;
 use tokio_stream::StreamExt;
 
@@ -36,6 +36,7 @@ use crate::sql::plan::{self, Access};
 use crate::sql::query::{const_count, Body, Catalog, Entry, From, Planner, QueryPlan, Scan};
 use crate::sql::select::{too_many, SelectRun};
 pub use crate::sql::select::{MAX_BUFFERED_ROWS, MAX_GROUPS};
+use crate::trigger::{has_triggers, RowPair};
 use crate::types::{SqlRows, SqlType};
 use crate::val::Val;
 
@@ -508,6 +509,18 @@ impl Session {
         }
         let replace = ins.replace_into;
         let auto_col = t.table.columns().iter().position(|c| c.auto_increment);
+        let triggered = has_triggers(&t, TriggerEvent::Insert);
+        if on_duplicate.is_some() && (triggered || has_triggers(&t, TriggerEvent::Update)) {
+            return Err(SqlError::not_supported("INSERT … ON DUPLICATE KEY UPDATE into a table with triggers"));
+        }
+        if replace && has_triggers(&t, TriggerEvent::Delete) {
+            return Err(SqlError::not_supported("REPLACE into a table with DELETE triggers"));
+        }
+        if triggered {
+            let implicit = self.begin_implicit().await;
+            let out = self.insert_fired(&t, &targets, &value_rows, auto_col, replace, ins.ignore).await;
+            return self.end_implicit(implicit, out).await;
+        }
         if let Some(assignments) = on_duplicate {
             return self
                 .insert_or_update(&t, &targets, &value_rows, auto_col, assignments, ins.insert_alias.as_ref())
@@ -538,6 +551,37 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// INSERT into a table with INSERT triggers: row by row, as MySQL runs it — the BEFORE
+    /// triggers (which may change the row), the write, then the AFTER triggers (not for a row
+    /// INSERT IGNORE skipped). The caller runs it inside one transaction.
+    async fn insert_fired(
+        &mut self,
+        t: &TableRef,
+        targets: &[usize],
+        value_rows: &[Vec<Option<Val>>],
+        auto_col: Option<usize>,
+        replace: bool,
+        ignore: bool,
+    ) -> SqlResult<Outcome> {
+        let (rows, first_generated) = self.build_rows(t, targets, value_rows, auto_col).await?;
+        let mut affected = 0u64;
+        for (n, (mut row, generated)) in rows.into_iter().enumerate() {
+            let mut new = loaded(t, &row);
+            self.fire(t, true, TriggerEvent::Insert, RowPair { new: Some(&mut new), old: None }).await?;
+            stored_back(t, &new, &mut row, n + 1)?;
+            let written = self.write_rows(t, vec![(row, generated)], replace, ignore).await.map_err(|(e, _)| e)?;
+            if written == 0 {
+                continue;
+            }
+            affected += written;
+            self.fire(t, false, TriggerEvent::Insert, RowPair { new: Some(&mut new), old: None }).await?;
+        }
+        if let Some(id) = first_generated {
+            self.last_insert_id = id;
+        }
+        Ok(Outcome::Done { affected, last_insert_id: first_generated.unwrap_or(0), info: String::new() })
     }
 
     /// `INSERT … ON DUPLICATE KEY UPDATE`: each row is inserted, or, when its primary key is
@@ -911,7 +955,7 @@ impl Session {
     /// error).
     pub async fn update_by_key(&self, b: &BoundUpdate) -> Option<SqlResult<Outcome>> {
         let t = &b.t;
-        if b.limit == Some(0) || t.table.indexes.iter().any(|i| i.unique) {
+        if b.limit == Some(0) || t.table.indexes.iter().any(|i| i.unique) || has_triggers(t, TriggerEvent::Update) {
             return None;
         }
         let key = plan::key_only(t, b.filter.as_ref())?;
@@ -981,11 +1025,15 @@ impl Session {
         subqueries.extend(order.iter().map(|(e, _)| e));
         self.read_subquery_tables(&subqueries).await?;
         let mut writes: Vec<(Vec<Value>, Vec<u32>, Vec<Value>)> = vec![];
+        // With UPDATE triggers: each matching row as stored, before and after the assignments.
+        let triggered = has_triggers(&t, TriggerEvent::Update);
+        let mut fired: Vec<(Vec<Value>, Vec<Val>, Vec<Val>)> = vec![];
         let mut matched = 0u64;
         let mut err = None;
         // The new values of one matching row; false = stop.
         let mut apply = |stored: &[Value], mut row: Vec<Val>| -> SqlResult<bool> {
             matched += 1;
+            let old = if triggered { row.clone() } else { vec![] };
             let mut cols = vec![];
             let mut vals = vec![];
             for (i, e) in &sets {
@@ -1004,6 +1052,14 @@ impl Session {
                     cols.push(*i as u32);
                     vals.push(sv);
                 }
+            }
+            if triggered {
+                if fired.len() >= MAX_BUFFERED_ROWS {
+                    err = Some(too_many("rows", MAX_BUFFERED_ROWS));
+                    return Ok(false);
+                }
+                fired.push((stored.to_vec(), old, row));
+                return Ok(true);
             }
             let changed = cols.iter().zip(&vals).any(|(&c, v)| stored[c as usize] != *v);
             if changed {
@@ -1044,6 +1100,9 @@ impl Session {
         if let Some(e) = err {
             return Err(e);
         }
+        if triggered {
+            return self.update_fired(&t, fired, matched).await;
+        }
         let name = &t.table.spec.name;
         let mut changed = 0u64;
         for chunk in writes.chunks(WRITE_BATCH) {
@@ -1064,6 +1123,41 @@ impl Session {
                     Err(e) => return Err(cluster_err(&e, &t)),
                 }
             }
+        }
+        Ok(self.updated(matched, changed))
+    }
+
+    /// The writes of an UPDATE of a table with UPDATE triggers, row by row: the BEFORE
+    /// triggers (which may change NEW), the row's write if it changed, the AFTER triggers
+    /// (for every matched row, changed or not, as in MySQL).
+    async fn update_fired(
+        &mut self,
+        t: &TableRef,
+        rows: Vec<(Vec<Value>, Vec<Val>, Vec<Val>)>,
+        matched: u64,
+    ) -> SqlResult<Outcome> {
+        let name = &t.table.spec.name;
+        let mut changed = 0u64;
+        for (n, (stored, old, mut new)) in rows.into_iter().enumerate() {
+            self.fire(t, true, TriggerEvent::Update, RowPair { new: Some(&mut new), old: Some(&old) }).await?;
+            let mut row = stored.clone();
+            stored_back(t, &new, &mut row, n + 1)?;
+            let columns: Vec<u32> = (0..t.visible()).filter(|&i| row[i] != stored[i]).map(|i| i as u32).collect();
+            if columns.iter().any(|c| t.table.spec.primary_key.contains(c)) && !t.table.hidden_pk {
+                return Err(SqlError::not_supported("updating primary key columns"));
+            }
+            if !columns.is_empty() {
+                let values = columns.iter().map(|&c| row[c as usize].clone()).collect();
+                let key = t.table.key_of(&stored);
+                let op = KeyOp::Update { table: name.clone(), key, columns, values, deltas: vec![] };
+                match self.kv_batch(vec![op]).await.pop() {
+                    Some(Ok(_)) => changed += 1,
+                    Some(Err(e)) if e.code == ErrorCode::KeyNotFound => {}
+                    Some(Err(e)) => return Err(cluster_err(&e, t)),
+                    None => return Err(SqlError::internal("UPDATE: no answer from the cluster")),
+                }
+            }
+            self.fire(t, false, TriggerEvent::Update, RowPair { new: Some(&mut new), old: Some(&old) }).await?;
         }
         Ok(self.updated(matched, changed))
     }
@@ -1107,7 +1201,7 @@ impl Session {
     /// reading the row first (as [`Session::update_by_key`]). None when not of that shape.
     pub async fn delete_by_key(&self, b: &BoundDelete) -> Option<SqlResult<Outcome>> {
         let t = &b.t;
-        if b.limit == Some(0) || t.table.indexes.iter().any(|i| i.unique) {
+        if b.limit == Some(0) || t.table.indexes.iter().any(|i| i.unique) || has_triggers(t, TriggerEvent::Delete) {
             return None;
         }
         let key = plan::key_only(t, b.filter.as_ref())?;
@@ -1116,11 +1210,18 @@ impl Session {
 
     /// Runs a bound DELETE: finds the matching rows (locking them, inside the statement's
     /// transaction) and deletes them by key.
-    pub async fn run_delete(&self, b: BoundDelete) -> SqlResult<Outcome> {
+    pub async fn run_delete(&mut self, b: BoundDelete) -> SqlResult<Outcome> {
         let BoundDelete { t, filter, order, limit } = b;
         let mut subqueries = filter.iter().collect::<Vec<_>>();
         subqueries.extend(order.iter().map(|(e, _)| e));
         self.read_subquery_tables(&subqueries).await?;
+        if has_triggers(&t, TriggerEvent::Delete) {
+            let rows = match limit {
+                Some(l) if !order.is_empty() => self.ordered_matches(&t, filter.as_ref(), &order, l).await?,
+                _ => self.matching_rows(&t, filter.as_ref(), limit).await?,
+            };
+            return self.delete_fired(&t, rows).await;
+        }
         match limit {
             Some(l) if !order.is_empty() => {
                 let rows = self.ordered_matches(&t, filter.as_ref(), &order, l).await?;
@@ -1174,6 +1275,57 @@ impl Session {
         });
         found.truncate(limit.min(usize::MAX as u64) as usize);
         Ok(found.into_iter().map(|(_, stored, row)| (stored, row)).collect())
+    }
+
+    /// The rows of `t` that pass `filter` (at most `limit`), as stored and as SQL values.
+    async fn matching_rows(
+        &self,
+        t: &TableRef,
+        filter: Option<&Expr>,
+        limit: Option<u64>,
+    ) -> SqlResult<Vec<(Vec<Value>, Vec<Val>)>> {
+        let access = plan::choose(t, filter);
+        let mut rows = vec![];
+        let mut overflow = false;
+        self.for_each_row(t, access, |stored, row| {
+            if limit.is_some_and(|l| rows.len() as u64 >= l) {
+                return Ok(false);
+            }
+            if let Some(f) = filter {
+                if f.eval(&row, &[])?.truth() != Some(true) {
+                    return Ok(true);
+                }
+            }
+            if rows.len() >= MAX_BUFFERED_ROWS {
+                overflow = true;
+                return Ok(false);
+            }
+            rows.push((stored.to_vec(), row));
+            Ok(true)
+        })
+        .await?;
+        if overflow {
+            return Err(too_many("rows", MAX_BUFFERED_ROWS));
+        }
+        Ok(rows)
+    }
+
+    /// A DELETE from a table with DELETE triggers, row by row: the BEFORE triggers, the
+    /// delete, the AFTER triggers (not for a row someone deleted meanwhile).
+    async fn delete_fired(&mut self, t: &TableRef, rows: Vec<(Vec<Value>, Vec<Val>)>) -> SqlResult<Outcome> {
+        let mut deleted = 0u64;
+        for (stored, old) in rows {
+            self.fire(t, true, TriggerEvent::Delete, RowPair { new: None, old: Some(&old) }).await?;
+            let op = KeyOp::Delete { table: t.table.spec.name.clone(), key: t.table.key_of(&stored) };
+            match self.kv_batch(vec![op]).await.pop() {
+                Some(Ok(_)) => deleted += 1,
+                Some(Err(e)) if e.code == ErrorCode::KeyNotFound => continue,
+                Some(Err(e)) => return Err(cluster_err(&e, t)),
+                None => return Err(SqlError::internal("DELETE: no answer from the cluster")),
+            }
+            self.fire(t, false, TriggerEvent::Delete, RowPair { new: None, old: Some(&old) }).await?;
+        }
+        Ok(Outcome::affected(deleted))
     }
 
     /// Deletes the rows of `t` that pass `filter` (at most `limit`); returns how many.
@@ -1239,6 +1391,27 @@ fn increment(t: &TableRef, i: usize, e: &Expr) -> Option<shoal_client::Delta> {
     let by = if matches!(e, Expr::Arith(ArithOp::Sub, ..)) { n.checked_neg()? } else { *n };
     let (min, max) = kind.range(false);
     Some(shoal_client::Delta { column: i as u32, by, min: min as i64, max: max as i64 })
+}
+
+/// A stored row's visible columns as SQL values (a trigger's NEW or OLD).
+fn loaded(t: &TableRef, row: &[Value]) -> Vec<Val> {
+    row.iter().take(t.visible()).zip(t.types.iter()).map(|(v, ty)| ty.load(v)).collect()
+}
+
+/// Puts a trigger's NEW row back into the stored row, through each column's conversion.
+fn stored_back(t: &TableRef, new: &[Val], row: &mut [Value], rownum: usize) -> SqlResult<()> {
+    for (i, v) in new.iter().enumerate() {
+        let c = &t.table.columns()[i];
+        row[i] = if v.is_null() {
+            if !c.nullable {
+                return Err(SqlError::new(code::BAD_NULL, format!("Column '{}' cannot be null", c.name)));
+            }
+            Value::Null
+        } else {
+            t.types[i].store(&c.name, v, rownum)?
+        };
+    }
+    Ok(())
 }
 
 /// ORDER BY of an UPDATE or DELETE: expressions over the target table.

@@ -1,4 +1,4 @@
-//! `information_schema`: SCHEMATA, TABLES, COLUMNS and VIEWS, built from the catalog (and the
+//! `information_schema`: SCHEMATA, TABLES, COLUMNS, VIEWS and TRIGGERS, built from the catalog (and the
 //! views table) when a statement names them, then queried like any derived table (joins,
 //! WHERE, ORDER BY all work). Read-only and computed per statement; the columns are the ones
 //! tools read most, named as MySQL 8 names them.
@@ -175,6 +175,79 @@ impl Session {
                 let cols =
                     ["TABLE_CATALOG", "TABLE_SCHEMA", "TABLE_NAME", "VIEW_DEFINITION", "CHECK_OPTION", "IS_UPDATABLE"];
                 (cols.iter().map(|c| text_col(c)).collect(), rows)
+            }
+            "triggers" => {
+                let mut rows = vec![];
+                for db in self.visible_databases() {
+                    for (name, table) in self.user_tables_in(&db) {
+                        for (i, tr) in table.triggers.iter().enumerate() {
+                            // 1-based among the table's triggers of the same timing and event.
+                            let order = table.triggers[..i]
+                                .iter()
+                                .filter(|o| o.before == tr.before && o.event == tr.event)
+                                .count() as u64
+                                + 1;
+                            rows.push(vec![
+                                s("def"),
+                                s(&db),
+                                s(&tr.name),
+                                s(tr.event.as_sql()),
+                                s("def"),
+                                s(&db),
+                                s(&name),
+                                Val::UInt(order),
+                                Val::Null,
+                                s(&tr.body),
+                                s("ROW"),
+                                s(if tr.before { "BEFORE" } else { "AFTER" }),
+                                Val::Null,
+                                Val::Null,
+                                s("OLD"),
+                                s("NEW"),
+                                Val::Str(crate::trigger::run::created_text(tr.created_ms)),
+                                s(crate::trigger::run::SQL_MODE),
+                                Val::Str(tr.definer.replace('\'', "")),
+                                s("utf8mb4"),
+                                s("utf8mb4_bin"),
+                                s("utf8mb4_bin"),
+                            ]);
+                        }
+                    }
+                }
+                let mut cols: Vec<(String, WireType)> = [
+                    "TRIGGER_CATALOG",
+                    "TRIGGER_SCHEMA",
+                    "TRIGGER_NAME",
+                    "EVENT_MANIPULATION",
+                    "EVENT_OBJECT_CATALOG",
+                    "EVENT_OBJECT_SCHEMA",
+                    "EVENT_OBJECT_TABLE",
+                ]
+                .iter()
+                .map(|c| text_col(c))
+                .collect();
+                cols.push(int_col("ACTION_ORDER"));
+                cols.extend(
+                    [
+                        "ACTION_CONDITION",
+                        "ACTION_STATEMENT",
+                        "ACTION_ORIENTATION",
+                        "ACTION_TIMING",
+                        "ACTION_REFERENCE_OLD_TABLE",
+                        "ACTION_REFERENCE_NEW_TABLE",
+                        "ACTION_REFERENCE_OLD_ROW",
+                        "ACTION_REFERENCE_NEW_ROW",
+                        "CREATED",
+                        "SQL_MODE",
+                        "DEFINER",
+                        "CHARACTER_SET_CLIENT",
+                        "COLLATION_CONNECTION",
+                        "DATABASE_COLLATION",
+                    ]
+                    .iter()
+                    .map(|c| text_col(c)),
+                );
+                (cols, rows)
             }
             _ => return Ok(None),
         };

@@ -12,6 +12,7 @@ mod point;
 pub mod server;
 pub mod session;
 pub mod sql;
+pub mod trigger;
 pub mod txn;
 pub mod types;
 mod unique;

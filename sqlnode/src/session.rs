@@ -207,6 +207,9 @@ pub struct Session {
     next_statement: u32,
     /// The running prepared statement's placeholder values (see `Prepared::parsed`).
     params: Params,
+    /// Tables whose triggers are running, outermost first: a trigger's statement may not
+    /// write them (1442), and their count bounds triggers firing triggers.
+    pub trigger_tables: Vec<u32>,
 }
 
 /// Most prepared statements one connection may hold.
@@ -236,7 +239,7 @@ fn like_filter(like_pat: &Option<String>, s: &str) -> bool {
     like_pat.as_ref().is_none_or(|p| crate::val::like(&s.to_lowercase(), &p.to_lowercase(), '\\'))
 }
 
-fn text_rows(names: &[&str], rows: Vec<Vec<String>>) -> Outcome {
+pub(crate) fn text_rows(names: &[&str], rows: Vec<Vec<String>>) -> Outcome {
     Outcome::Rows(ResultSet {
         columns: names.iter().map(|n| ColumnMeta::named(n, Some(WireType::Str { len: 256 }))).collect(),
         rows: rows.into_iter().map(|r| r.into_iter().map(Val::Str).collect()).collect(),
@@ -258,6 +261,7 @@ impl Session {
             shared,
             db: None,
             account: AccountName::new(&user, "%"),
+            trigger_tables: vec![],
             user,
             host: "localhost".to_string(),
             command: "SELECT",
@@ -545,7 +549,7 @@ impl Session {
     }
 
     /// One attempt at INSERT / UPDATE / DELETE.
-    async fn write_once(&mut self, stmt: &Statement, sql: &str) -> SqlResult<Outcome> {
+    pub(crate) async fn write_once(&mut self, stmt: &Statement, sql: &str) -> SqlResult<Outcome> {
         match stmt {
             // UPDATE, DELETE and INSERT … ON DUPLICATE KEY UPDATE read rows and write what they
             // computed from them: they lock the rows they read, inside the session's transaction
@@ -631,6 +635,10 @@ impl Session {
         match a {
             Admin::Empty => Err(SqlError::new(code::PARSE, "Query was empty")),
             Admin::Account(stmt) => self.account_statement(stmt).await,
+            Admin::CreateTrigger(sql) => Box::pin(self.create_trigger(&sql)).await,
+            Admin::DropTrigger { db, name, if_exists } => self.drop_trigger(db, name, if_exists).await,
+            Admin::ShowTriggers { db, like } => self.show_triggers(db, like),
+            Admin::ShowCreateTrigger { db, name } => self.show_create_trigger(db, name),
             Admin::Set(vars) => {
                 for (name, value) in vars {
                     if name == "shoal_durability" {

@@ -802,8 +802,7 @@ mod tests {
             partition_key: vec![],
         };
         let (spec, hidden_pk) = spec.normalize().unwrap();
-        let table =
-            Table { id: 1, spec, partition_count: 2, schema_version: 1, hidden_pk, indexes: vec![], read_only: false };
+        let table = Table { id: 1, spec, partition_count: 2, schema_version: 1, hidden_pk, ..Default::default() };
         // The SQL node's types of the first seven columns: `extra` is past them.
         let types = [
             SqlType::Int { kind: IntKind::Big, unsigned: false, width: None },

@@ -381,6 +381,7 @@ mod tests {
                 IndexSpec { id: 3, name: "uab".into(), columns: vec![1, 2], unique: true, prefix_lens: vec![] },
             ],
             read_only: false,
+            triggers: vec![],
         }
     }
 

@@ -33,6 +33,9 @@ mod robustness {
         "INSERT INTO t (a, b) VALUES (1, 'it''s'), (2, ?)",
         "UPDATE t SET b = CONCAT(b, ?) WHERE a IN (1, 2, 3) LIMIT 2",
         "SELECT a, COUNT(*) AS n FROM t WHERE b IS NOT NULL GROUP BY a HAVING n > 1 ORDER BY 2 DESC LIMIT 1, 5",
+        "CREATE DEFINER=`r`@`%` TRIGGER d.tr BEFORE UPDATE ON t FOR EACH ROW BEGIN IF NEW.a < OLD.a THEN \
+         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no'; ELSE SET NEW.b = CONCAT(OLD.b, 'x'); END IF; END",
+        "DROP TRIGGER IF EXISTS d.tr",
     ];
 
     const QUERIES: &[&str] = &[
@@ -69,7 +72,7 @@ mod robustness {
             crate::sql::bind::TableRef::new(
                 "d",
                 name,
-                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![], read_only: false },
+                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, ..Default::default() },
             )
         };
         let mut catalog = Catalog::new(Some("d".into()));
@@ -212,6 +215,10 @@ mod robustness {
                 let edits = 1 + xorshift(&mut x) % 4;
                 let sql = mutate(base, edits, &mut x, &alphabet);
                 let _ = classify(&sql);
+                if let Ok(t) = crate::trigger::parse::parse_create(&sql) {
+                    let _ = crate::trigger::parse::program(&t.body);
+                    let _ = crate::trigger::parse::row_refs(&t.body);
+                }
                 let _ = select_item_texts(&sql);
                 let at = placeholders(&sql);
                 let sql = substitute(&sql, &at, &vec![Val::Str("o'k\\".into()); at.len()]);

@@ -79,6 +79,21 @@ pub enum Admin {
     },
     /// CREATE/DROP/ALTER USER, SET PASSWORD, GRANT, REVOKE, SHOW GRANTS.
     Account(crate::sql::account::AccountStmt),
+    /// CREATE TRIGGER, as written (`crate::trigger::parse` reads it).
+    CreateTrigger(String),
+    DropTrigger {
+        db: Option<String>,
+        name: String,
+        if_exists: bool,
+    },
+    ShowTriggers {
+        db: Option<String>,
+        like: Option<String>,
+    },
+    ShowCreateTrigger {
+        db: Option<String>,
+        name: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -241,6 +256,12 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
     if crate::sql::account::is_account_statement(sql) {
         return crate::sql::account::parse(sql).map(|s| Some(Admin::Account(s)));
     }
+    if crate::trigger::parse::is_create_trigger(sql) {
+        return Ok(Some(Admin::CreateTrigger(sql.to_string())));
+    }
+    if let Some((db, name, if_exists)) = crate::trigger::parse::parse_drop(sql)? {
+        return Ok(Some(Admin::DropTrigger { db, name, if_exists }));
+    }
     let t = tokens(sql)?;
     if t.is_empty() {
         return Ok(Some(Admin::Empty));
@@ -309,6 +330,10 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
                     let db = c.db_after_from()?;
                     Admin::ShowTables { db, full, like: c.like()? }
                 }
+                "TRIGGERS" => {
+                    let db = c.db_after_from()?;
+                    Admin::ShowTriggers { db, like: c.like()? }
+                }
                 "COLUMNS" | "FIELDS" => {
                     if !c.eat_any(&["FROM", "IN"]) {
                         return Err(SqlError::parse("expected FROM"));
@@ -334,6 +359,10 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
                         let (db, table) = c.qualified()?;
                         c.end()?;
                         Admin::ShowCreateTable { db, table }
+                    } else if c.eat("TRIGGER") {
+                        let (db, name) = c.qualified()?;
+                        c.end()?;
+                        Admin::ShowCreateTrigger { db, name }
                     } else if c.eat_any(&["DATABASE", "SCHEMA"]) {
                         let n = c.name()?;
                         Admin::ShowCreateDatabase(n)
@@ -358,15 +387,11 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
 
 /// Loosely reads `SET [SESSION|GLOBAL] a = x, @@b = y, NAMES utf8mb4 ...` into (name, value).
 /// 1235 for MySQL statements sqlparser does not parse but Shoal knows it does not support
-/// (`ALTER TABLE … RENAME INDEX|KEY`; `CREATE [DEFINER = …] TRIGGER`, whose MySQL body form
-/// sqlparser rejects), so they are refused as unsupported rather than as bad syntax. Only asked
-/// after a parse error.
+/// (`ALTER TABLE … RENAME INDEX|KEY`), so they are refused as unsupported rather than as bad
+/// syntax. Only asked after a parse error.
 pub fn unparsed_form(sql: &str) -> Option<SqlError> {
     let words: Vec<&str> = sql.split_whitespace().take(64).collect();
     let is = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w));
-    if is(0, "CREATE") && (1..words.len().min(6)).any(|i| is(i, "TRIGGER")) {
-        return Some(SqlError::not_supported("triggers"));
-    }
     if !(is(0, "ALTER") && is(1, "TABLE")) {
         return None;
     }
@@ -802,16 +827,25 @@ mod tests {
         assert_eq!(classify("create table t (a int)").unwrap(), None);
         assert_eq!(classify("explain select 1").unwrap(), None);
         assert_eq!(classify("SHOW FROBS").unwrap_err().code, 1235);
+        let create = "CREATE DEFINER = root TRIGGER t1 AFTER DELETE ON items FOR EACH ROW BEGIN END";
+        assert_eq!(classify(create).unwrap(), Some(Admin::CreateTrigger(create.into())));
+        assert_eq!(
+            classify("DROP TRIGGER IF EXISTS d.t1").unwrap(),
+            Some(Admin::DropTrigger { db: Some("d".into()), name: "t1".into(), if_exists: true })
+        );
+        assert_eq!(
+            classify("SHOW TRIGGERS FROM d LIKE 't%'").unwrap(),
+            Some(Admin::ShowTriggers { db: Some("d".into()), like: Some("t%".into()) })
+        );
+        assert_eq!(
+            classify("SHOW CREATE TRIGGER t1").unwrap(),
+            Some(Admin::ShowCreateTrigger { db: None, name: "t1".into() })
+        );
     }
 
     #[test]
     fn forms_sqlparser_rejects_are_refused_as_unsupported() {
-        for sql in [
-            "ALTER TABLE t RENAME INDEX a TO b",
-            "ALTER TABLE t ADD COLUMN z INT, RENAME KEY a TO b",
-            "CREATE TRIGGER t1 BEFORE INSERT ON items FOR EACH ROW SET NEW.id = 1",
-            "CREATE DEFINER = root TRIGGER t1 AFTER DELETE ON items FOR EACH ROW SET @x = 1",
-        ] {
+        for sql in ["ALTER TABLE t RENAME INDEX a TO b", "ALTER TABLE t ADD COLUMN z INT, RENAME KEY a TO b"] {
             assert_eq!(unparsed_form(sql).map(|e| e.code), Some(crate::error::code::NOT_SUPPORTED_YET), "{sql}");
         }
         for sql in ["ALTER TABLE t RENAME COLUMN a TO b", "SELECT rename index FROM t", "SELECT trigger FROM t"] {

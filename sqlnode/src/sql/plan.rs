@@ -534,7 +534,7 @@ mod tests {
         TableRef::new(
             "d",
             "t",
-            Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, indexes: vec![], read_only: false },
+            Table { id: 1, spec, partition_count: 8, schema_version: 1, hidden_pk, ..Default::default() },
         )
     }
 

@@ -1640,7 +1640,7 @@ mod tests {
             TableRef::new(
                 "d",
                 name,
-                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, indexes: vec![], read_only: false },
+                Table { id, spec, partition_count: 4, schema_version: 1, hidden_pk, ..Default::default() },
             )
         };
         let mut c = Catalog::new(Some("d".into()));
