@@ -563,7 +563,8 @@ async fn ordered_indexes_serve_ranges() {
     c.disconnect().await.unwrap();
 }
 
-/// ALTER TABLE ADD/DROP/MODIFY/CHANGE/RENAME COLUMN and SET/DROP DEFAULT by copy: rows converted,
+/// ALTER TABLE ADD/DROP/MODIFY/CHANGE/RENAME COLUMN and SET/DROP DEFAULT (by copy, or in place
+/// when only names and defaults change): rows converted,
 /// indexes following their columns, writes from another session during the ALTER neither lost
 /// nor failed, MySQL's errors; RENAME TABLE keeping rows and indexes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

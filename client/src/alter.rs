@@ -3,7 +3,7 @@
 //! writes retriably), copies the rows, and swaps the copy in under the old name.
 
 use shoal_proto::pb;
-use shoal_proto::{Table, Trigger};
+use shoal_proto::{Column, Table, Trigger};
 
 use crate::{table_of, Client, Result};
 
@@ -28,6 +28,15 @@ impl Client {
         let renames = renames.iter().map(|(from, to)| pb::TableRename { from: from.clone(), to: to.clone() }).collect();
         let req = pb::RenameTablesRequest { renames };
         let resp = self.catalog_change(req, |mut c, r| async move { c.rename_tables(r).await }).await?;
+        table_of(resp)
+    }
+
+    /// Replaces `table`'s columns by `columns`, which differ from them in names and defaults
+    /// only (the rows stay as they are); returns the table as it is now.
+    pub async fn set_columns(&self, table: &str, columns: &[Column]) -> Result<Table> {
+        let req =
+            pb::SetColumnsRequest { table: table.to_string(), columns: columns.iter().map(pb::Column::from).collect() };
+        let resp = self.catalog_change(req, |mut c, r| async move { c.set_columns(r).await }).await?;
         table_of(resp)
     }
 

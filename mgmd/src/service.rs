@@ -8,8 +8,8 @@ use std::sync::Arc;
 use shoal_proto::convert::state_to_pb;
 use shoal_proto::pb;
 use shoal_proto::{
-    AccountName, ErrorCode, IndexSpec, PasswordHashes, ShoalError, TableSpec, Trigger, UserAccount, MAX_RENAMES,
-    MAX_TABLE_NAME_BYTES,
+    AccountName, Column, ErrorCode, IndexSpec, PasswordHashes, ShoalError, TableSpec, Trigger, UserAccount,
+    MAX_RENAMES, MAX_TABLE_NAME_BYTES,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -314,6 +314,20 @@ impl pb::mgmd_server::Mgmd for MgmdService {
             let renames: Vec<(String, String)> = r.renames.into_iter().map(|x| (x.from, x.to)).collect();
             tracing::info!(?renames, "rename tables");
             self.on_leader(Command::RenameTables { renames }).await
+        };
+        Ok(self.admin(res))
+    }
+
+    async fn set_columns(&self, req: Request<pb::SetColumnsRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let columns: Result<Vec<Column>, ShoalError> = r.columns.into_iter().map(Column::try_from).collect();
+        let res = match columns {
+            _ if table_name_bad(&r.table) => Err(bad_table_name()),
+            Err(e) => Err(e),
+            Ok(columns) => {
+                tracing::info!(table = %r.table, "set columns");
+                self.on_leader(Command::SetColumns { table: r.table, columns }).await
+            }
         };
         Ok(self.admin(res))
     }

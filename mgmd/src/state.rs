@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use shoal_proto::config::ClusterConfig;
 use shoal_proto::users::{account_list, MAX_GRANTS_PER_USER, MAX_USERS};
 use shoal_proto::{
-    AccountName, ClusterState, Epoch, ErrorCode, IndexSpec, Node, NodeId, NodeKind, NodeState, PartitionAssignment,
-    PartitionId, PasswordHashes, Replica, RolledBack, ShoalError, Table, TableSpec, Trigger, UserAccount, MAX_INDEXES,
-    MAX_RENAMES, MAX_TRIGGERS, MAX_TRIGGER_BODY_BYTES,
+    AccountName, ClusterState, Column, Epoch, ErrorCode, IndexSpec, Node, NodeId, NodeKind, NodeState,
+    PartitionAssignment, PartitionId, PasswordHashes, Replica, RolledBack, ShoalError, Table, TableSpec, Trigger,
+    UserAccount, MAX_INDEXES, MAX_RENAMES, MAX_TRIGGERS, MAX_TRIGGER_BODY_BYTES,
 };
 
 /// A replica's sync epoch until `apply` stamps it with the epoch of the command that set it.
@@ -106,6 +106,12 @@ pub enum Command {
     RenameTables {
         renames: Vec<(String, String)>,
     },
+    /// ALTER TABLE that renames columns or changes defaults only: `columns` replace the
+    /// table's (see `Table::with_columns_renamed`); rows and indexes stay.
+    SetColumns {
+        table: String,
+        columns: Vec<Column>,
+    },
     /// CREATE TRIGGER on `table` (`db.t`), fired after the table's other triggers of the same
     /// timing and event. Its name must be free in the table's database.
     CreateTrigger {
@@ -165,6 +171,7 @@ impl Command {
             Command::SetReadOnly { .. } => "set-read-only",
             Command::ReplaceTable { .. } => "replace-table",
             Command::RenameTables { .. } => "rename-tables",
+            Command::SetColumns { .. } => "set-columns",
             Command::CreateTrigger { .. } => "create-trigger",
             Command::DropTrigger { .. } => "drop-trigger",
             Command::Rebalance => "rebalance",
@@ -272,6 +279,7 @@ impl Model {
             Command::SetReadOnly { table, read_only } => self.set_read_only(&table, read_only),
             Command::ReplaceTable { table, with } => self.replace_table(&table, &with),
             Command::RenameTables { renames } => self.rename_tables(&renames),
+            Command::SetColumns { table, columns } => self.set_columns(&table, columns),
             Command::CreateTrigger { table, trigger, if_not_exists } => {
                 self.create_trigger(&table, trigger, if_not_exists)
             }
@@ -858,6 +866,17 @@ impl Model {
         Ok(Outcome { epoch: 0, table: out, ..Outcome::default() })
     }
 
+    fn set_columns(&mut self, table: &str, columns: Vec<Column>) -> CommandResult {
+        self.config()?;
+        let t = self.table_mut(table)?;
+        if t.read_only {
+            // An ALTER TABLE is copying it and will swap its copy in under the old definition.
+            return Err(err(ErrorCode::SchemaChanged, format!("table {table} is being altered")));
+        }
+        *t = t.with_columns_renamed(columns)?;
+        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
+    }
+
     /// The table of database `db` holding trigger `name` (names compare case-insensitively).
     fn trigger_table(&self, db: &str, name: &str) -> Option<&Table> {
         self.cluster.tables.iter().find(|t| {
@@ -954,7 +973,7 @@ fn add_index(table: &mut Table, mut index: IndexSpec) -> Result<(), ShoalError> 
 mod tests {
     use super::*;
     use shoal_proto::config::{ClusterSection, DataNodeConfig, MgmdConfig};
-    use shoal_proto::{Column, ColumnType};
+    use shoal_proto::ColumnType;
 
     fn config(groups: u32, replicas: u32) -> ClusterConfig {
         let mut datanode = vec![];
@@ -1438,6 +1457,29 @@ mod tests {
         assert_eq!(altered.code, ErrorCode::SchemaChanged, "a table an ALTER is copying keeps its name");
         m.apply(Command::SetReadOnly { table: "d.b".into(), read_only: false }).unwrap();
         assert_eq!(m.cluster.tables, before.tables);
+    }
+
+    #[test]
+    fn columns_change_names_and_defaults_in_place_and_nothing_else() {
+        let mut m = started(1, 2);
+        let cols = vec![Column::new("k", ColumnType::Int), Column::new("v", ColumnType::Int).nullable()];
+        let spec = TableSpec { name: "d.t".into(), columns: cols.clone(), primary_key: vec![0], partition_key: vec![] };
+        let t = m.apply(Command::CreateTable { spec, if_not_exists: false, indexes: vec![] }).unwrap().table.unwrap();
+        let set = |columns: Vec<Column>| Command::SetColumns { table: "d.t".into(), columns };
+        let mut renamed = cols.clone();
+        renamed[1].name = "w".into();
+        renamed[1].default = Some(shoal_proto::Value::Int(7));
+        let out = m.apply(set(renamed.clone())).unwrap().table.unwrap();
+        assert_eq!((out.id, out.schema_version, &out.spec.columns), (t.id, t.schema_version + 1, &renamed));
+        let mut retyped = renamed.clone();
+        retyped[1].nullable = false;
+        assert_eq!(m.apply(set(retyped)).unwrap_err().code, ErrorCode::InvalidArgument);
+        let mut clash = renamed.clone();
+        clash[1].name = "K".into();
+        assert_eq!(m.apply(set(clash)).unwrap_err().code, ErrorCode::InvalidArgument);
+        assert_eq!(m.apply(set(renamed[..1].to_vec())).unwrap_err().code, ErrorCode::InvalidArgument);
+        m.apply(Command::SetReadOnly { table: "d.t".into(), read_only: true }).unwrap();
+        assert_eq!(m.apply(set(cols)).unwrap_err().code, ErrorCode::SchemaChanged, "an ALTER is copying it");
     }
 
     #[test]

@@ -411,6 +411,32 @@ impl Table {
     }
 
     /// Columns `k0…`: the index columns; `p0…`: the primary key of the row.
+    /// This table with `columns` in place of its own, when only their names and defaults
+    /// differ (RENAME COLUMN, CHANGE to the same definition, SET/DROP DEFAULT): rows, keys and
+    /// indexes are by position, so nothing else changes. The schema version moves on.
+    pub fn with_columns_renamed(&self, columns: Vec<Column>) -> Result<Table, ShoalError> {
+        let bare = |c: &Column| Column { name: String::new(), default: None, ..c.clone() };
+        let same = columns.len() == self.spec.columns.len()
+            && columns.iter().zip(&self.spec.columns).all(|(a, b)| bare(a) == bare(b));
+        if !same {
+            return Err(invalid("only the names and defaults of columns change in place"));
+        }
+        for (i, c) in columns.iter().enumerate() {
+            check_name("column", &c.name)?;
+            let hidden = self.hidden_pk && i + 1 == columns.len();
+            if hidden != (c.name == HIDDEN_PK_COLUMN) {
+                return Err(invalid(format!("column name {HIDDEN_PK_COLUMN} is reserved")));
+            }
+            if columns[..i].iter().any(|o| o.name.eq_ignore_ascii_case(&c.name)) {
+                return Err(invalid(format!("duplicate column {}", c.name)));
+            }
+        }
+        let mut t = self.clone();
+        t.spec.columns = columns;
+        t.schema_version += 1;
+        Ok(t)
+    }
+
     pub fn unique_table_spec(&self, index: &IndexSpec) -> TableSpec {
         let hidden_col = |name: String, c: &Column| Column {
             name,

@@ -19,6 +19,10 @@
 //!    value taken twice fails the ALTER with 1062). 5. One catalog change drops the table and
 //!    gives its name to the copy. A failure before that drops the copy and lets writes in
 //!    again: the table is left as it was.
+//!
+//! When the operations change only column names and defaults (RENAME COLUMN, CHANGE to the same
+//! definition, SET/DROP DEFAULT), no row changes: one catalog change (`SetColumns`) renames
+//! them in place, as MySQL changes only metadata ([`in_place`]).
 
 use std::collections::HashSet;
 
@@ -85,6 +89,35 @@ pub(crate) struct Layout {
     pub primary_key: Vec<u32>,
     pub partition_key: Vec<u32>,
     pub indexes: Vec<IndexSpec>,
+}
+
+/// The table's columns after `layout`, when the ALTER changes only column names and defaults:
+/// every column stays where it is with its values as they are, and the keys and indexes stay
+/// the same. Then one catalog change does it and no row is copied (MySQL changes only metadata
+/// for RENAME COLUMN and SET/DROP DEFAULT too). None otherwise.
+pub(crate) fn in_place(t: &TableRef, layout: &Layout) -> Option<Vec<Column>> {
+    let table = &t.table;
+    if layout.make.iter().enumerate().any(|(i, m)| *m != Make::Keep(i)) {
+        return None;
+    }
+    let spec = TableSpec {
+        name: table.spec.name.clone(),
+        columns: layout.columns.clone(),
+        primary_key: layout.primary_key.clone(),
+        partition_key: layout.partition_key.clone(),
+    };
+    let (spec, hidden_pk) = spec.normalize().ok()?;
+    let keys_kept = hidden_pk == table.hidden_pk
+        && spec.primary_key == table.spec.primary_key
+        && spec.partition_key == table.spec.partition_key;
+    // Index ids are mgmd's: the same indexes, in the same order, but for their ids.
+    let indexes_kept = layout.indexes.len() == table.indexes.len()
+        && layout.indexes.iter().zip(&table.indexes).all(|(a, b)| IndexSpec { id: b.id, ..a.clone() } == *b);
+    if !keys_kept || !indexes_kept {
+        return None;
+    }
+    table.with_columns_renamed(spec.columns.clone()).ok()?;
+    Some(spec.columns)
 }
 
 /// Whether an ALTER TABLE operation needs the copy (changes columns or adds a unique index).
@@ -483,6 +516,20 @@ pub(crate) fn check_renames<'a>(
 
 impl Session {
     /// ALTER TABLE with column changes (and index changes alongside), by copy.
+    /// ALTER TABLE operations that change columns: in place when only names and defaults
+    /// change ([`in_place`]), else by copy.
+    pub(crate) async fn alter_columns(&mut self, t: &TableRef, ops: &[AlterTableOperation]) -> SqlResult<()> {
+        if let Some(columns) = in_place(t, &new_layout(&self.env(), t, ops)?) {
+            let client = self.client();
+            return client
+                .set_columns(&t.table.spec.name, &columns)
+                .await
+                .map(drop)
+                .map_err(|e| SqlError::from_cluster(&e));
+        }
+        self.alter_by_copy(t, ops).await
+    }
+
     pub(crate) async fn alter_by_copy(&mut self, t: &TableRef, ops: &[AlterTableOperation]) -> SqlResult<()> {
         let layout = new_layout(&self.env(), t, ops)?;
         let table = &t.table;
@@ -785,6 +832,33 @@ mod tests {
         assert_eq!(code_of(layout("ALTER COLUMN s SET DEFAULT NULL")), code::INVALID_DEFAULT);
         assert_eq!(code_of(layout("ALTER COLUMN s SET DEFAULT 'abcdefghijk'")), code::INVALID_DEFAULT);
         assert_eq!(code_of(layout("ALTER COLUMN nope SET DEFAULT 1")), code::BAD_FIELD);
+    }
+
+    #[test]
+    fn names_and_defaults_change_in_place_the_rest_by_copy() {
+        let t = table();
+        for ops in [
+            "RENAME COLUMN s TO s2",
+            "CHANGE v w INT DEFAULT 3",
+            "ALTER COLUMN v SET DEFAULT 42",
+            "ALTER v DROP DEFAULT, RENAME COLUMN id TO ident",
+        ] {
+            assert!(in_place(&t, &layout(ops).unwrap()).is_some(), "{ops}");
+        }
+        let cols = in_place(&t, &layout("RENAME COLUMN s TO s2, ALTER COLUMN v SET DEFAULT 42").unwrap()).unwrap();
+        assert_eq!((cols[2].name.as_str(), &cols[1].default), ("s2", &Some(Value::Int(42))));
+        assert_eq!((cols[0].name.as_str(), cols.len()), ("id", 3));
+        for ops in [
+            "MODIFY v BIGINT",
+            "MODIFY v INT NOT NULL",
+            "ADD COLUMN z INT",
+            "DROP COLUMN v",
+            "MODIFY s VARCHAR(10) NOT NULL FIRST",
+            "ADD UNIQUE (v)",
+            "RENAME COLUMN v TO w, DROP INDEX v_idx",
+        ] {
+            assert!(in_place(&t, &layout(ops).unwrap()).is_none(), "{ops}");
+        }
     }
 
     #[test]

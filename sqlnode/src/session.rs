@@ -1169,7 +1169,7 @@ impl Session {
         }
         if ops.iter().any(|op| crate::alter::needs_copy(op)) {
             let ops: Vec<ast::AlterTableOperation> = ops.into_iter().cloned().collect();
-            self.alter_by_copy(&t, &ops).await?;
+            self.alter_columns(&t, &ops).await?;
         } else {
             for op in ops {
                 match op {
