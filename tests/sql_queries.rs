@@ -728,8 +728,19 @@ async fn alter_table_adds_and_drops_columns() {
     assert_eq!(code_of(c.query_drop("SELECT * FROM x").await), 1146);
     assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM m").await, ["3"]);
     assert_eq!(code_of(c.query_drop("SELECT y FROM m").await), 1054);
+    // RENAME INDEX changes the name only: the unique index holds under its new one.
+    c.query_drop("ALTER TABLE h2 RENAME INDEX s_u TO label_u").await.unwrap();
+    let index = rows(&mut c, "SHOW INDEX FROM h2").await.join("\n");
+    assert!(index.contains("label_u") && !index.contains("s_u"), "{index}");
+    let dup = message_of(c.query_drop("INSERT INTO h2 (mid, label, w) VALUES (23, 'new', 0)").await);
+    assert!(dup.starts_with("1062 ") && dup.contains("label_u"), "{dup}");
+    c.query_drop("CREATE INDEX w_idx ON h2 (w)").await.unwrap();
+    c.query_drop("ALTER TABLE h2 RENAME KEY LABEL_U TO label_u").await.unwrap();
+    assert_eq!(code_of(c.query_drop("ALTER TABLE h2 RENAME INDEX nope TO x").await), 1176);
+    assert_eq!(code_of(c.query_drop("ALTER TABLE h2 RENAME INDEX label_u TO w_idx").await), 1061);
+    assert_eq!(code_of(c.query_drop("ALTER TABLE h2 RENAME INDEX label_u TO `PRIMARY`").await), 1280);
     // Forms not there yet: a clear 1235, and the connection goes on.
-    assert_eq!(code_of(c.query_drop("ALTER TABLE h2 RENAME INDEX s_u TO s2").await), 1235);
+    assert_eq!(code_of(c.query_drop("ALTER TABLE h2 RENAME INDEX label_u TO s2, ADD COLUMN q INT").await), 1235);
     assert_eq!(code_of(c.query_drop("ALTER TABLE h2 DROP PRIMARY KEY").await), 1235);
     assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM m").await, ["3"]);
     c.disconnect().await.unwrap();

@@ -40,6 +40,13 @@ impl Client {
         table_of(resp)
     }
 
+    /// Renames index `from` of `table` to `to` (ALTER TABLE … RENAME INDEX); returns the table.
+    pub async fn rename_index(&self, table: &str, from: &str, to: &str) -> Result<Table> {
+        let req = pb::RenameIndexRequest { table: table.to_string(), from: from.to_string(), to: to.to_string() };
+        let resp = self.catalog_change(req, |mut c, r| async move { c.rename_index(r).await }).await?;
+        table_of(resp)
+    }
+
     /// Adds a trigger to `table` (`db.t`); returns the table as it is now.
     pub async fn create_trigger(&self, table: &str, trigger: &Trigger, if_not_exists: bool) -> Result<Table> {
         let req = pb::CreateTriggerRequest { table: table.to_string(), trigger: Some(trigger.into()), if_not_exists };

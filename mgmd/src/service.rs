@@ -332,6 +332,19 @@ impl pb::mgmd_server::Mgmd for MgmdService {
         Ok(self.admin(res))
     }
 
+    async fn rename_index(&self, req: Request<pb::RenameIndexRequest>) -> Result<Response<pb::AdminResponse>, Status> {
+        let r = req.into_inner();
+        let res = if table_name_bad(&r.table) {
+            Err(bad_table_name())
+        } else if table_name_bad(&r.from) || table_name_bad(&r.to) {
+            Err(invalid(format!("index names must be 1..={MAX_TABLE_NAME_BYTES} bytes")))
+        } else {
+            tracing::info!(table = %r.table, from = %r.from, to = %r.to, "rename index");
+            self.on_leader(Command::RenameIndex { table: r.table, from: r.from, to: r.to }).await
+        };
+        Ok(self.admin(res))
+    }
+
     async fn create_trigger(
         &self,
         req: Request<pb::CreateTriggerRequest>,

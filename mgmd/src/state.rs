@@ -112,6 +112,13 @@ pub enum Command {
         table: String,
         columns: Vec<Column>,
     },
+    /// ALTER TABLE … RENAME INDEX: only the name changes (the id, and with it the entries and a
+    /// unique index's hidden table, stays).
+    RenameIndex {
+        table: String,
+        from: String,
+        to: String,
+    },
     /// CREATE TRIGGER on `table` (`db.t`), fired after the table's other triggers of the same
     /// timing and event. Its name must be free in the table's database.
     CreateTrigger {
@@ -172,6 +179,7 @@ impl Command {
             Command::ReplaceTable { .. } => "replace-table",
             Command::RenameTables { .. } => "rename-tables",
             Command::SetColumns { .. } => "set-columns",
+            Command::RenameIndex { .. } => "rename-index",
             Command::CreateTrigger { .. } => "create-trigger",
             Command::DropTrigger { .. } => "drop-trigger",
             Command::Rebalance => "rebalance",
@@ -280,6 +288,7 @@ impl Model {
             Command::ReplaceTable { table, with } => self.replace_table(&table, &with),
             Command::RenameTables { renames } => self.rename_tables(&renames),
             Command::SetColumns { table, columns } => self.set_columns(&table, columns),
+            Command::RenameIndex { table, from, to } => self.rename_index(&table, &from, &to),
             Command::CreateTrigger { table, trigger, if_not_exists } => {
                 self.create_trigger(&table, trigger, if_not_exists)
             }
@@ -874,6 +883,24 @@ impl Model {
             return Err(err(ErrorCode::SchemaChanged, format!("table {table} is being altered")));
         }
         *t = t.with_columns_renamed(columns)?;
+        Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
+    }
+
+    fn rename_index(&mut self, table: &str, from: &str, to: &str) -> CommandResult {
+        self.config()?;
+        let t = self.table_mut(table)?;
+        let primary = |n: &str| n.eq_ignore_ascii_case(IndexSpec::PRIMARY);
+        if primary(from) || primary(to) || to.is_empty() {
+            return Err(err(ErrorCode::InvalidArgument, format!("index {from} cannot be renamed to {to}")));
+        }
+        if !from.eq_ignore_ascii_case(to) && t.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(to)) {
+            return Err(err(ErrorCode::InvalidArgument, format!("index {to} already exists on {table}")));
+        }
+        let Some(ix) = t.indexes.iter_mut().find(|i| i.name.eq_ignore_ascii_case(from)) else {
+            return Err(err(ErrorCode::InvalidArgument, format!("index {from} does not exist on {table}")));
+        };
+        ix.name = to.to_string();
+        t.schema_version += 1;
         Ok(Outcome { epoch: 0, table: Some(t.clone()), ..Outcome::default() })
     }
 
@@ -1480,6 +1507,27 @@ mod tests {
         assert_eq!(m.apply(set(renamed[..1].to_vec())).unwrap_err().code, ErrorCode::InvalidArgument);
         m.apply(Command::SetReadOnly { table: "d.t".into(), read_only: true }).unwrap();
         assert_eq!(m.apply(set(cols)).unwrap_err().code, ErrorCode::SchemaChanged, "an ALTER is copying it");
+    }
+
+    #[test]
+    fn indexes_are_renamed_by_name_and_keep_their_ids() {
+        let mut m = started(1, 2);
+        let cols = vec![Column::new("k", ColumnType::Int), Column::new("v", ColumnType::Int).nullable()];
+        let spec = TableSpec { name: "d.t".into(), columns: cols, primary_key: vec![0], partition_key: vec![] };
+        let index =
+            |name: &str, unique| IndexSpec { id: 0, name: name.into(), columns: vec![1], unique, prefix_lens: vec![] };
+        let indexes = vec![index("a", false), index("u", true)];
+        let t = m.apply(Command::CreateTable { spec, if_not_exists: false, indexes }).unwrap().table.unwrap();
+        let rename =
+            |from: &str, to: &str| Command::RenameIndex { table: "d.t".into(), from: from.into(), to: to.into() };
+        let out = m.apply(rename("U", "u2")).unwrap().table.unwrap();
+        let u = out.indexes.iter().find(|i| i.unique).unwrap();
+        assert_eq!((u.name.as_str(), u.id), ("u2", t.indexes.iter().find(|i| i.unique).unwrap().id));
+        assert!(m.cluster.table(&out.unique_table_name(u)).is_some(), "the hidden table keeps its name");
+        m.apply(rename("a", "A")).unwrap();
+        for (from, to) in [("a", "u2"), ("nope", "x"), ("PRIMARY", "x"), ("a", "primary"), ("a", "")] {
+            assert_eq!(m.apply(rename(from, to)).unwrap_err().code, ErrorCode::InvalidArgument, "{from} {to}");
+        }
     }
 
     #[test]

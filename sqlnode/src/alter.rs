@@ -516,6 +516,28 @@ pub(crate) fn check_renames<'a>(
 
 impl Session {
     /// ALTER TABLE with column changes (and index changes alongside), by copy.
+    /// ALTER TABLE … RENAME INDEX: one catalog change; the index keeps its id and entries.
+    pub(crate) async fn rename_index(&self, t: &TableRef, from: &str, to: &str) -> SqlResult<()> {
+        check_ident("index", to)?;
+        for n in [from, to] {
+            if n.eq_ignore_ascii_case(IndexSpec::PRIMARY) {
+                return Err(SqlError::new(code::WRONG_NAME_FOR_INDEX, format!("Incorrect index name '{n}'")));
+            }
+        }
+        let named = |n: &str| t.table.indexes.iter().any(|i| i.name.eq_ignore_ascii_case(n));
+        if !named(from) {
+            return Err(SqlError::new(
+                code::KEY_DOES_NOT_EXIST,
+                format!("Key '{from}' doesn't exist in table '{}'", t.name),
+            ));
+        }
+        if !from.eq_ignore_ascii_case(to) && named(to) {
+            return Err(SqlError::new(code::DUP_KEYNAME, format!("Duplicate key name '{to}'")));
+        }
+        let client = self.client();
+        client.rename_index(&t.table.spec.name, from, to).await.map(drop).map_err(|e| SqlError::from_cluster(&e))
+    }
+
     /// ALTER TABLE operations that change columns: in place when only names and defaults
     /// change ([`in_place`]), else by copy.
     pub(crate) async fn alter_columns(&mut self, t: &TableRef, ops: &[AlterTableOperation]) -> SqlResult<()> {

@@ -102,6 +102,7 @@ pub mod code {
     pub const DATA_TOO_LONG: u16 = 1406;
     pub const WRONG_PARAMCOUNT_TO_NATIVE_FCT: u16 = 1582;
     pub const DATA_OUT_OF_RANGE: u16 = 1690;
+    pub const KEY_DOES_NOT_EXIST: u16 = 1176;
     pub const TRG_ALREADY_EXISTS: u16 = 1359;
     pub const TRG_DOES_NOT_EXIST: u16 = 1360;
     pub const TRG_ON_VIEW_OR_TEMP_TABLE: u16 = 1361;
@@ -141,6 +142,7 @@ fn state_of(code: u16) -> &'static str {
         | SPECIFIC_ACCESS_DENIED
         | CANT_CREATE_USER_WITH_GRANT
         | SP_BAD_SQLSTATE
+        | KEY_DOES_NOT_EXIST
         | WRONG_TABLE_NAME => "42000",
         SP_NO_RETSET => "0A000",
         LOCK_DEADLOCK => "40001",

@@ -639,6 +639,11 @@ impl Session {
             Admin::DropTrigger { db, name, if_exists } => self.drop_trigger(db, name, if_exists).await,
             Admin::ShowTriggers { db, like } => self.show_triggers(db, like),
             Admin::ShowCreateTrigger { db, name } => self.show_create_trigger(db, name),
+            Admin::RenameIndex { db, table, from, to } => {
+                let t = self.resolve(&table_parts(db, table)).await?;
+                self.rename_index(&t, &from, &to).await?;
+                Ok(Outcome::ok())
+            }
             Admin::Set(vars) => {
                 for (name, value) in vars {
                     if name == "shoal_durability" {

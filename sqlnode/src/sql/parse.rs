@@ -94,6 +94,13 @@ pub enum Admin {
         db: Option<String>,
         name: String,
     },
+    /// `ALTER TABLE [db.]t RENAME {INDEX|KEY} from TO to`, alone.
+    RenameIndex {
+        db: Option<String>,
+        table: String,
+        from: String,
+        to: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -309,6 +316,11 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
             // Options such as CHARACTER SET / COLLATE are accepted and ignored.
             Admin::CreateDatabase { name, if_not_exists }
         }
+        // sqlparser takes every other ALTER.
+        "ALTER" => match rename_index(&mut c) {
+            Some(admin) => admin,
+            None => return Ok(None),
+        },
         "DROP" if matches!(c.peek_kw(), Some("DATABASE" | "SCHEMA")) => {
             c.i += 1;
             let if_exists = c.eat("IF");
@@ -385,9 +397,27 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
     Ok(Some(admin))
 }
 
-/// Loosely reads `SET [SESSION|GLOBAL] a = x, @@b = y, NAMES utf8mb4 ...` into (name, value).
+/// `TABLE [db.]t RENAME {INDEX|KEY} a TO b` and nothing more, after ALTER (sqlparser does not
+/// take it); None for any other ALTER.
+fn rename_index(c: &mut Cursor) -> Option<Admin> {
+    if !c.eat("TABLE") {
+        return None;
+    }
+    let (db, table) = c.qualified().ok()?;
+    if !(c.eat("RENAME") && c.eat_any(&["INDEX", "KEY"])) {
+        return None;
+    }
+    let from = c.name().ok()?;
+    if !c.eat("TO") {
+        return None;
+    }
+    let to = c.name().ok()?;
+    c.end().ok()?;
+    Some(Admin::RenameIndex { db, table, from, to })
+}
+
 /// 1235 for MySQL statements sqlparser does not parse but Shoal knows it does not support
-/// (`ALTER TABLE … RENAME INDEX|KEY`), so they are refused as unsupported rather than as bad
+/// (`ALTER TABLE … RENAME INDEX|KEY` with other operations), so they are refused as unsupported rather than as bad
 /// syntax. Only asked after a parse error.
 pub fn unparsed_form(sql: &str) -> Option<SqlError> {
     let words: Vec<&str> = sql.split_whitespace().take(64).collect();
@@ -396,9 +426,10 @@ pub fn unparsed_form(sql: &str) -> Option<SqlError> {
         return None;
     }
     let renames_index = (2..words.len()).any(|i| is(i, "RENAME") && (is(i + 1, "INDEX") || is(i + 1, "KEY")));
-    renames_index.then(|| SqlError::not_supported("ALTER TABLE … RENAME INDEX"))
+    renames_index.then(|| SqlError::not_supported("ALTER TABLE … RENAME INDEX with other operations"))
 }
 
+/// Loosely reads `SET [SESSION|GLOBAL] a = x, @@b = y, NAMES utf8mb4 ...` into (name, value).
 fn parse_set(t: &[Tok]) -> Vec<(String, String)> {
     let mut out = vec![];
     for part in t.split(|x| *x == Tok::Punct(',')) {
@@ -827,6 +858,12 @@ mod tests {
         assert_eq!(classify("create table t (a int)").unwrap(), None);
         assert_eq!(classify("explain select 1").unwrap(), None);
         assert_eq!(classify("SHOW FROBS").unwrap_err().code, 1235);
+        assert_eq!(
+            classify("ALTER TABLE d.t RENAME KEY a TO `b c`").unwrap(),
+            Some(Admin::RenameIndex { db: Some("d".into()), table: "t".into(), from: "a".into(), to: "b c".into() })
+        );
+        assert_eq!(classify("ALTER TABLE t RENAME INDEX a TO b, ADD COLUMN c INT").unwrap(), None);
+        assert_eq!(classify("ALTER TABLE t ADD COLUMN c INT").unwrap(), None);
         let create = "CREATE DEFINER = root TRIGGER t1 AFTER DELETE ON items FOR EACH ROW BEGIN END";
         assert_eq!(classify(create).unwrap(), Some(Admin::CreateTrigger(create.into())));
         assert_eq!(
