@@ -1218,7 +1218,7 @@ impl Session {
         if has_triggers(&t, TriggerEvent::Delete) {
             let rows = match limit {
                 Some(l) if !order.is_empty() => self.ordered_matches(&t, filter.as_ref(), &order, l).await?,
-                _ => self.matching_rows(&t, filter.as_ref(), limit).await?,
+                _ => self.matching(&t, filter.as_ref(), limit, |stored, row| (stored.to_vec(), row)).await?,
             };
             return self.delete_fired(&t, rows).await;
         }
@@ -1277,18 +1277,20 @@ impl Session {
         Ok(found.into_iter().map(|(_, stored, row)| (stored, row)).collect())
     }
 
-    /// The rows of `t` that pass `filter` (at most `limit`), as stored and as SQL values.
-    async fn matching_rows(
+    /// The rows of `t` that pass `filter` (at most `limit`, and at most `MAX_BUFFERED_ROWS`),
+    /// each as `keep` makes it from the stored row and its SQL values.
+    async fn matching<T>(
         &self,
         t: &TableRef,
         filter: Option<&Expr>,
         limit: Option<u64>,
-    ) -> SqlResult<Vec<(Vec<Value>, Vec<Val>)>> {
+        mut keep: impl FnMut(&[Value], Vec<Val>) -> T,
+    ) -> SqlResult<Vec<T>> {
         let access = plan::choose(t, filter);
-        let mut rows = vec![];
+        let mut out = vec![];
         let mut overflow = false;
         self.for_each_row(t, access, |stored, row| {
-            if limit.is_some_and(|l| rows.len() as u64 >= l) {
+            if limit.is_some_and(|l| out.len() as u64 >= l) {
                 return Ok(false);
             }
             if let Some(f) = filter {
@@ -1296,18 +1298,18 @@ impl Session {
                     return Ok(true);
                 }
             }
-            if rows.len() >= MAX_BUFFERED_ROWS {
+            if out.len() >= MAX_BUFFERED_ROWS {
                 overflow = true;
                 return Ok(false);
             }
-            rows.push((stored.to_vec(), row));
+            out.push(keep(stored, row));
             Ok(true)
         })
         .await?;
         if overflow {
             return Err(too_many("rows", MAX_BUFFERED_ROWS));
         }
-        Ok(rows)
+        Ok(out)
     }
 
     /// A DELETE from a table with DELETE triggers, row by row: the BEFORE triggers, the
@@ -1330,29 +1332,7 @@ impl Session {
 
     /// Deletes the rows of `t` that pass `filter` (at most `limit`); returns how many.
     pub async fn delete_matching(&self, t: &TableRef, filter: Option<&Expr>, limit: Option<u64>) -> SqlResult<Outcome> {
-        let access = plan::choose(t, filter);
-        let mut keys: Vec<Vec<Value>> = vec![];
-        let mut overflow = false;
-        self.for_each_row(t, access, |stored, row| {
-            if limit.is_some_and(|l| keys.len() as u64 >= l) {
-                return Ok(false);
-            }
-            if let Some(f) = filter {
-                if f.eval(&row, &[])?.truth() != Some(true) {
-                    return Ok(true);
-                }
-            }
-            if keys.len() >= MAX_BUFFERED_ROWS {
-                overflow = true;
-                return Ok(false);
-            }
-            keys.push(t.table.key_of(stored));
-            Ok(true)
-        })
-        .await?;
-        if overflow {
-            return Err(too_many("rows", MAX_BUFFERED_ROWS));
-        }
+        let keys = self.matching(t, filter, limit, |stored, _| t.table.key_of(stored)).await?;
         self.delete_keys(t, keys).await
     }
 
