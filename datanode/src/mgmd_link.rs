@@ -129,6 +129,7 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32, load
             Ok(resp) => {
                 failures = 0;
                 if resp.restart_from_files {
+                    forget_unused_life(&node);
                     restart_from_files();
                 }
                 let down = resp.state == pb::NodeState::Down as i32;
@@ -148,6 +149,18 @@ pub async fn heartbeat_loop(node: Arc<Node>, link: Arc<MgmdLink>, pid: u32, load
                 }
             }
         }
+    }
+}
+
+/// Before a restart mgmd asked for: a start that never took part in the cluster must not stay
+/// recorded as a life, or the next restore would drop the writes of checkpoints above its
+/// restore point (see `redo::Redo::forget_unused_life`).
+fn forget_unused_life(node: &Node) {
+    let Some(redo) = &node.durability.redo else { return };
+    match redo.forget_unused_life() {
+        Ok(true) => tracing::info!("this start wrote nothing: forgetting it in the redo log's lives"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!("cannot update the redo log's lives before restarting: {e}"),
     }
 }
 

@@ -341,6 +341,8 @@ pub struct Redo {
     lives: Mutex<Lives>,
     /// Bytes appended since the last rotation (drives local checkpoints).
     since_rotation: std::sync::atomic::AtomicU64,
+    /// This life appended something (a write or a checkpoint marker).
+    appended: std::sync::atomic::AtomicBool,
 }
 
 impl Redo {
@@ -382,6 +384,7 @@ impl Redo {
             threads: Mutex::new(vec![]),
             lives: Mutex::new(lives),
             since_rotation: Default::default(),
+            appended: Default::default(),
         });
         let mut threads = redo.threads.lock();
         for part in &redo.parts {
@@ -433,6 +436,7 @@ impl Redo {
     /// Appends a row change. Called under the partition's store lock, so a row's records are
     /// in the order its changes were applied.
     pub fn append(&self, gci: u64, table: TableId, partition: PartitionId, img: &Image) {
+        self.appended.store(true, std::sync::atomic::Ordering::Relaxed);
         let part = self.part_of(partition);
         let mut st = part.state.lock();
         let before = st.buf.len();
@@ -450,6 +454,7 @@ impl Redo {
     /// Appends the marker of global checkpoint `gci` to every part and makes everything
     /// appended so far durable (one fsync per part for the whole interval).
     pub async fn flush_checkpoint(&self, gci: u64) -> Result<(), ShoalError> {
+        self.appended.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut targets = Vec::with_capacity(self.parts.len());
         for part in &self.parts {
             let mut st = part.state.lock();
@@ -470,6 +475,23 @@ impl Redo {
             }
         }
         Ok(())
+    }
+
+    /// Forgets this life in `lives` if it appended nothing: a start that mgmd refused before
+    /// the node took part in the cluster (it restored an older global checkpoint than mgmd
+    /// recorded for it, and is asked to restore again). Its restore point rolled nothing back,
+    /// and recorded as a life it would void the earlier lives' records above it, which the
+    /// next start needs. Returns whether it forgot the life.
+    pub fn forget_unused_life(&self) -> Result<bool, FileError> {
+        if self.appended.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let mut lives = self.lives.lock();
+        if lives.0.pop().is_none() {
+            return Ok(false);
+        }
+        lives.store(&self.dir)?;
+        Ok(true)
     }
 
     /// Starts a new segment in every part; returns its number. Everything appended before
@@ -777,6 +799,31 @@ mod tests {
         // A checkpoint this log never completed cannot be restored from it.
         let e = replay_all(d.path(), 2, 9).unwrap_err();
         assert!(e.contains("ends before the marker of global checkpoint 9"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_start_that_wrote_nothing_rolls_nothing_back() {
+        let d = TestDir::new("redo-refused");
+        let redo = Redo::open(d.path(), 1, 0).unwrap();
+        for g in 1..=3 {
+            redo.append(g, 7, 0, &img(g as u8, g));
+            redo.flush_checkpoint(g).await.unwrap();
+        }
+        drop(redo);
+        let keys = |v: Vec<(u32, Image)>| v.into_iter().map(|(_, i)| i.key[0]).collect::<Vec<_>>();
+        // A start restored 1 (its map was older than mgmd's record of 3) and was refused
+        // before it wrote anything: forgotten, it voids nothing, and the next start restores 3.
+        let refused = Redo::open(d.path(), 1, 1).unwrap();
+        assert!(refused.forget_unused_life().unwrap());
+        drop(refused);
+        assert_eq!(keys(replay_all(d.path(), 1, 3).unwrap()), vec![1, 2, 3]);
+        // A life that wrote stays: its restore point voids the older records above it.
+        let served = Redo::open(d.path(), 1, 1).unwrap();
+        served.append(4, 7, 0, &img(9, 4));
+        assert!(!served.forget_unused_life().unwrap());
+        served.flush_checkpoint(4).await.unwrap();
+        drop(served);
+        assert_eq!(keys(replay_all(d.path(), 1, 4).unwrap()), vec![1, 9]);
     }
 
     #[tokio::test]
