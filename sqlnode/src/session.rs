@@ -235,7 +235,7 @@ pub(crate) fn check_ident(kind: &str, name: &str) -> SqlResult<()> {
     Ok(())
 }
 
-fn like_filter(like_pat: &Option<String>, s: &str) -> bool {
+pub(crate) fn like_filter(like_pat: &Option<String>, s: &str) -> bool {
     like_pat.as_ref().is_none_or(|p| crate::val::like(&s.to_lowercase(), &p.to_lowercase(), '\\'))
 }
 

@@ -92,10 +92,7 @@ impl Session {
             }
             return Err(SqlError::new(code::TRG_DOES_NOT_EXIST, "Trigger does not exist"));
         }
-        // The table (and with it the trigger) may be gone under its real spelling of `db`.
-        let real_db =
-            self.tables_in(&db).first().and_then(|(_, t)| t.spec.name.split_once('.').map(|(d, _)| d.to_string()));
-        let db = real_db.unwrap_or(db);
+        // mgmd compares database names ignoring case, as the catalog's table names.
         self.client().drop_trigger(&db, &name, if_exists).await.map_err(|e| SqlError::from_cluster(&e))?;
         Ok(Outcome::ok())
     }
@@ -120,9 +117,7 @@ impl Session {
         let (_, triggers) = self.triggers_in(db.as_deref())?;
         let rows = triggers
             .into_iter()
-            .filter(|(table, _)| {
-                like.as_ref().is_none_or(|p| crate::val::like(&table.to_lowercase(), &p.to_lowercase(), '\\'))
-            })
+            .filter(|(table, _)| crate::session::like_filter(&like, table))
             .map(|(table, tr)| {
                 vec![
                     tr.name,
@@ -203,8 +198,9 @@ impl Session {
         event: TriggerEvent,
         mut row: RowPair<'_>,
     ) -> SqlResult<()> {
-        let triggers: Vec<Trigger> =
-            t.table.triggers.iter().filter(|tr| tr.before == before && tr.event == event).cloned().collect();
+        // Borrowed from `t`, not copied: this runs for every row of a statement.
+        let triggers: Vec<&Trigger> =
+            t.table.triggers.iter().filter(|tr| tr.before == before && tr.event == event).collect();
         if triggers.is_empty() {
             return Ok(());
         }
@@ -220,7 +216,7 @@ impl Session {
         self.set_read_lock(shoal_client::LockMode::None);
         self.trigger_tables.push(t.table.id);
         let mut out = Ok(());
-        for tr in &triggers {
+        for tr in triggers {
             out = match parse::program(&tr.body) {
                 Ok(steps) => self.run_steps(&steps, t, &mut row).await,
                 Err(e) => Err(e),
