@@ -28,6 +28,35 @@ pub struct IndexRange {
     pub descending: bool,
 }
 
+impl IndexRange {
+    /// Whether `row` (all columns of `table`) lies in the range, compared as the data nodes
+    /// compare their index entries (memcomparable bytes; a bound is a prefix: an inclusive
+    /// bound admits every key that starts with it, an exclusive one none). For rows the caller
+    /// holds that a scan did not return (a transaction's own pending writes). False when the
+    /// table has no such index or a value does not fit its column.
+    pub fn admits(&self, table: &Table, row: &[Value]) -> bool {
+        let Some(index) = table.indexes.iter().find(|i| i.name.eq_ignore_ascii_case(&self.index)) else {
+            return false;
+        };
+        let cols: Vec<_> = index.columns.iter().map(|&c| &table.columns()[c as usize]).collect();
+        let values: Vec<Value> =
+            index.columns.iter().map(|&c| row.get(c as usize).cloned().unwrap_or(Value::Null)).collect();
+        let encode = |values: &[Value]| -> Option<Vec<u8>> {
+            let mut out = vec![];
+            encode_index_key(&mut out, &cols[..values.len().min(cols.len())], values).ok()?;
+            Some(out)
+        };
+        let (Some(key), Some(lower), Some(upper)) = (encode(&values), encode(&self.lower), encode(&self.upper)) else {
+            return false;
+        };
+        let above_lower = lower.is_empty()
+            || if self.lower_inclusive { key >= lower } else { key > lower && !key.starts_with(&lower) };
+        let below_upper = upper.is_empty()
+            || if self.upper_inclusive { key <= upper || key.starts_with(&upper) } else { key < upper };
+        above_lower && below_upper
+    }
+}
+
 /// What an index scan returns besides the range: filters, projection, pruning, batch size.
 #[derive(Clone, Debug, Default)]
 pub struct IndexScanOptions {
@@ -180,4 +209,75 @@ impl Client {
 
 async fn next_row(rx: &mut mpsc::Receiver<Result<Row>>) -> Result<Option<Row>> {
     rx.recv().await.transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_proto::{Column, ColumnType};
+
+    /// `d.t (id INT, a INT, b TEXT)` with an ordered index `ab` on (a, b).
+    fn table() -> Table {
+        let spec = TableSpec {
+            name: "d.t".into(),
+            columns: vec![
+                Column::new("id", ColumnType::Int),
+                Column::new("a", ColumnType::Int).nullable(),
+                Column::new("b", ColumnType::Text).nullable(),
+            ],
+            primary_key: vec![0],
+            partition_key: vec![],
+        };
+        let (spec, hidden_pk) = spec.normalize().unwrap();
+        let index = IndexSpec { id: 1, name: "ab".into(), columns: vec![1, 2], unique: false, prefix_lens: vec![] };
+        Table {
+            id: 7,
+            spec,
+            partition_count: 4,
+            schema_version: 1,
+            hidden_pk,
+            indexes: vec![index],
+            ..Default::default()
+        }
+    }
+
+    fn range(lower: Vec<Value>, lower_inclusive: bool, upper: Vec<Value>, upper_inclusive: bool) -> IndexRange {
+        IndexRange { index: "AB".into(), lower, lower_inclusive, upper, upper_inclusive, descending: false }
+    }
+
+    fn row(a: Option<i64>, b: &str) -> Vec<Value> {
+        vec![Value::Int(1), a.map_or(Value::Null, Value::Int), Value::Text(b.into())]
+    }
+
+    /// Bounds are prefixes of the index columns, as the data nodes read them: an inclusive
+    /// bound admits every key starting with it, an exclusive one none.
+    #[test]
+    fn a_range_admits_rows_as_the_data_nodes_compare_entries() {
+        let t = table();
+        let a5 = vec![Value::Int(5)];
+        // a >= 5, a > 5, a <= 5, a < 5 on a two-column index.
+        assert!(range(a5.clone(), true, vec![], true).admits(&t, &row(Some(5), "x")));
+        assert!(!range(a5.clone(), false, vec![], true).admits(&t, &row(Some(5), "x")));
+        assert!(range(a5.clone(), false, vec![], true).admits(&t, &row(Some(6), "")));
+        assert!(range(vec![], true, a5.clone(), true).admits(&t, &row(Some(5), "zzz")));
+        assert!(!range(vec![], true, a5.clone(), false).admits(&t, &row(Some(5), "")));
+        assert!(range(vec![], true, a5.clone(), false).admits(&t, &row(Some(4), "zzz")));
+        // a = 5 AND b BETWEEN 'b' AND 'd'.
+        let lo = vec![Value::Int(5), Value::Text("b".into())];
+        let hi = vec![Value::Int(5), Value::Text("d".into())];
+        let between = range(lo, true, hi, true);
+        assert!(between.admits(&t, &row(Some(5), "b")));
+        assert!(between.admits(&t, &row(Some(5), "c")));
+        assert!(between.admits(&t, &row(Some(5), "d")));
+        assert!(!between.admits(&t, &row(Some(5), "da")));
+        assert!(!between.admits(&t, &row(Some(5), "a")));
+        assert!(!between.admits(&t, &row(Some(6), "c")));
+        // NULL sorts first: below any bound, inside an open one.
+        assert!(!range(a5, true, vec![], true).admits(&t, &row(None, "x")));
+        assert!(range(vec![], true, vec![], true).admits(&t, &row(None, "x")));
+        // An index the table does not have admits nothing.
+        let mut other = range(vec![], true, vec![], true);
+        other.index = "nope".into();
+        assert!(!other.admits(&t, &row(Some(1), "")));
+    }
 }

@@ -40,7 +40,23 @@ pub struct Transaction {
     /// partition's primary changes, that work is gone and the transaction must abort (running
     /// on at the new primary would act on reads whose locks were lost).
     parts: BTreeMap<(TableId, PartitionId), (NodeId, u64)>,
+    /// The primary key of every row the transaction wrote, or tried to, per table: a scan
+    /// reads committed rows only, so a caller that scans inside the transaction reads these
+    /// keys through it and lays them over the scan ([`Transaction::written_keys`]).
+    written: BTreeMap<TableId, Written>,
+    /// The savepoint the operations run under now (0: none; see [`Transaction::savepoint`]),
+    /// the last one started, and the lowest one that may still be rolled back to.
+    savepoint: u64,
+    last_savepoint: u64,
+    keep_from: u64,
     finished: bool,
+}
+
+/// The keys written in one table, each once (by its encoding).
+#[derive(Default)]
+struct Written {
+    seen: std::collections::HashSet<Vec<u8>>,
+    keys: Vec<Row>,
 }
 
 /// An operation on its way to a primary: its index in the call, the op, its lock mode, and
@@ -63,7 +79,17 @@ impl Client {
         // only briefly for an older one of the same prefix (datanode/src/partition.rs).
         // Top bit clear, prefix above bit 32, counter below.
         let id = (self.inner.hidden_prefix >> 1) | (n & 0xffff_ffff);
-        Transaction { client: self.clone(), id, tc: None, parts: BTreeMap::new(), finished: false }
+        Transaction {
+            client: self.clone(),
+            id,
+            tc: None,
+            parts: BTreeMap::new(),
+            written: BTreeMap::new(),
+            savepoint: 0,
+            last_savepoint: 0,
+            keep_from: 0,
+            finished: false,
+        }
     }
 }
 
@@ -250,6 +276,9 @@ impl Transaction {
             let map = self.client.map();
             let mut retry = vec![];
             let by_node = self.route(&map, &ops, &pending, &mut pinned, &mut out, &mut retry);
+            for (_, op, _, _) in by_node.values().flatten() {
+                self.note_written(&map, op);
+            }
             if self.tc.is_none() {
                 self.tc = by_node.keys().next().copied();
             }
@@ -306,6 +335,34 @@ impl Transaction {
             pending = retry;
         }
         out.into_iter().map(|o| o.unwrap_or_else(|| Err(ShoalError::internal("operation without outcome")))).collect()
+    }
+
+    /// Records the key a routed write names (before it is sent: a write whose outcome is
+    /// unknown may have taken effect, and reading a key the transaction did not change
+    /// through it costs only the read).
+    fn note_written(&mut self, map: &shoal_proto::ClusterState, op: &pb::Op) {
+        let Some(table) = map.table_by_id(op.table_id) else { return };
+        let key = match pb::OpKind::try_from(op.kind) {
+            Ok(pb::OpKind::Read) | Err(_) => return,
+            Ok(pb::OpKind::Insert | pb::OpKind::Upsert) => {
+                table.key_of(&shoal_proto::convert::values_from_pb(op.row.clone()))
+            }
+            Ok(_) => shoal_proto::convert::values_from_pb(op.key.clone()),
+        };
+        let Ok(encoded) = shoal_proto::codec::encode_key_ref(table, &key) else { return };
+        let w = self.written.entry(op.table_id).or_default();
+        if w.seen.insert(encoded) {
+            w.keys.push(key);
+        }
+    }
+
+    /// The primary keys of the rows of `table` this transaction wrote, or tried to (each
+    /// once, in the order first written). Empty when it wrote none, or when another table
+    /// now has the name.
+    pub fn written_keys(&self, table: &str) -> Vec<Row> {
+        let map = self.client.map();
+        let Some(t) = map.table(table) else { return vec![] };
+        self.written.get(&t.id).map(|w| w.keys.clone()).unwrap_or_default()
     }
 
     /// Routes `ops[i]`, for each i in `pending`, to its partition's primary: per node, each
@@ -379,8 +436,67 @@ impl Transaction {
             ops: items.iter().map(|(_, op, _, _, _, _)| op.clone()).collect(),
             locks: items.iter().map(|(_, _, l, _, _, _)| *l).collect(),
             held_terms: items.iter().map(|(_, _, _, _, _, t)| *t).collect(),
+            savepoint: self.savepoint,
+            keep_from: self.keep_from,
+            rollback_to: 0,
         };
         (items, req)
+    }
+
+    /// Starts a savepoint: the operations from now on run under it, and
+    /// [`Transaction::rollback_to`] with the number returned undoes their writes and those of
+    /// every later savepoint. Each data node keeps, per key and savepoint, the image the key
+    /// had before (counted against `max_txn_operations`) until the transaction ends or
+    /// [`Transaction::keep_savepoints_from`] lets it go. Numbers grow from 1.
+    pub fn savepoint(&mut self) -> u64 {
+        self.last_savepoint += 1;
+        self.savepoint = self.last_savepoint;
+        self.savepoint
+    }
+
+    /// Savepoints below `from` will not be rolled back to: the data nodes drop what would undo
+    /// them with the transaction's next operations there.
+    pub fn keep_savepoints_from(&mut self, from: u64) {
+        self.keep_from = from;
+    }
+
+    /// Undoes every write the transaction made under savepoint `to` or a later one (its
+    /// locks stay, as InnoDB's do); the operations from then on run under a new savepoint.
+    /// If a data node holding its work cannot be told, the whole transaction is rolled back
+    /// and TXN_ABORTED returned: committing it could have kept what was to be undone.
+    pub async fn rollback_to(&mut self, to: u64) -> Result<()> {
+        if self.finished {
+            return Err(aborted("the transaction is finished"));
+        }
+        let (Some(tc), false) = (self.tc, self.parts.is_empty()) else {
+            self.savepoint();
+            return Ok(());
+        };
+        let map = self.client.map();
+        let nodes: BTreeSet<NodeId> = self.parts.values().map(|&(node, _)| node).collect();
+        let sends = nodes.into_iter().map(|node| {
+            let req = pb::TxnExecuteRequest {
+                epoch: map.epoch,
+                txn_id: self.id,
+                tc,
+                rollback_to: to,
+                keep_from: self.keep_from,
+                ..Default::default()
+            };
+            let client = self.client.clone();
+            async move {
+                let links = client.txn_links(node)?;
+                check(links.execute.call(req).await?.error)
+            }
+        });
+        let failed = futures::future::join_all(sends).await.into_iter().find_map(Result::err);
+        if let Some(e) = failed {
+            self.finished = true;
+            let _ = self.finish(true, vec![]).await;
+            return Err(aborted(format!("rolling back to a savepoint failed, the transaction is rolled back: {e}")));
+        }
+        self.savepoint();
+        Ok(())
     }
 
     /// Commits; returns the global checkpoint the transaction was committed in (0 when it wrote
@@ -491,6 +607,10 @@ impl Drop for Transaction {
             id: self.id,
             tc: self.tc,
             parts: std::mem::take(&mut self.parts),
+            written: BTreeMap::new(),
+            savepoint: 0,
+            last_savepoint: 0,
+            keep_from: 0,
             finished: true,
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {

@@ -156,7 +156,9 @@ async fn run_txn_execute(node: &Arc<Node>, req: pb::TxnExecuteRequest) -> pb::Tx
     if !bad.is_empty() {
         return failed(ShoalError::new(ErrorCode::InvalidArgument, format!("unknown lock mode at operations {bad:?}")));
     }
-    let results = crate::txn::execute(node, req.txn_id, req.tc, ops).await;
+    let savepoints =
+        crate::txn::Savepoints { at: req.savepoint, keep_from: req.keep_from, rollback_to: req.rollback_to };
+    let results = crate::txn::execute(node, req.txn_id, req.tc, ops, savepoints).await;
     let holds = results.iter().map(|(_, h)| h.is_some()).collect();
     let terms = results.iter().map(|(_, h)| h.unwrap_or(0)).collect();
     pb::TxnExecuteResponse {

@@ -539,7 +539,7 @@ async fn txn_upserts(sim: &Sim, tc: NodeId, txn: u64, kvs: &[(i64, i64)]) -> Vec
     for &(k, v) in kvs {
         let op = crate::txn::TxnOp { op: sim.op(OpKind::Upsert, k, v), lock: None, held_term: 0 };
         let slot = (op.op.table, op.op.partition);
-        for (r, _) in crate::txn::execute(&sim.node(sim.primary_of(k)), txn, tc, vec![op]).await {
+        for (r, _) in crate::txn::execute(&sim.node(sim.primary_of(k)), txn, tc, vec![op], Default::default()).await {
             r.expect("upsert in the transaction");
         }
         if !parts.contains(&slot) {

@@ -78,6 +78,16 @@ struct Pending {
     /// this transaction's commit (the kept copy outlived it), so the image must not be applied
     /// again over newer data.
     base: Option<u64>,
+    /// The savepoint it was written under (0: none).
+    savepoint: u64,
+}
+
+/// What undoes a write made under a savepoint: the key's pending image before it (None: the
+/// key had none, the committed row shows again).
+struct Undo {
+    savepoint: u64,
+    key: Vec<u8>,
+    before: Option<Pending>,
 }
 
 struct PartTxn {
@@ -91,6 +101,10 @@ struct PartTxn {
     held_at: Option<u64>,
     /// Taken over from a deposed primary's kept images (`adopt_prepared`): its fate is logged.
     taken_over: bool,
+    /// One entry per key and savepoint, the first write of the key under that savepoint, in
+    /// the order written (savepoints only grow): rolling back to savepoint S undoes the
+    /// entries from S on, newest first.
+    undo: Vec<Undo>,
 }
 
 struct TxnState {
@@ -214,6 +228,16 @@ fn end(node: &Node, txn: u64, state: &SharedState, st: &mut TxnState) {
     node.txns.forget(txn, state);
 }
 
+/// The savepoints of a request (see `TxnExecuteRequest` in the proto): its ops run under
+/// `at` (0: none); nothing below `keep_from` will be rolled back to; `rollback_to` > 0 first
+/// undoes the writes made here under savepoints from it on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Savepoints {
+    pub at: u64,
+    pub keep_from: u64,
+    pub rollback_to: u64,
+}
+
 /// One operation of a transaction, with the lock a read takes.
 pub struct TxnOp {
     pub op: Op,
@@ -231,12 +255,19 @@ pub async fn execute(
     txn: u64,
     tc: NodeId,
     ops: Vec<TxnOp>,
+    savepoints: Savepoints,
 ) -> Vec<(Result<Answer, ShoalError>, Option<u64>)> {
     if node.txns.swept.lock().contains_key(&txn) {
         let e = aborted(format!("transaction {txn:x} was idle too long and rolled back on node {}", node.id));
         return ops.iter().map(|_| (Err(e.clone()), None)).collect();
     }
     let (state, mut st) = node.txns.open(txn, || TxnState::new(tc, false)).await;
+    if !st.prepared {
+        if savepoints.rollback_to > 0 {
+            rollback_to_savepoint(node, &mut st, savepoints.rollback_to);
+        }
+        forget_undo_below(node, &mut st, savepoints.keep_from);
+    }
     let mut out = Vec::with_capacity(ops.len());
     // After a lock wait timeout the rest of the request is not tried: the caller must give up
     // or retry anyway, and a request that waited once per op could outlast the inactivity
@@ -249,7 +280,7 @@ pub async fn execute(
         } else if let Some(e) = &timed_out {
             Err(e.clone())
         } else {
-            execute_one(node, txn, &mut st, op).await
+            execute_one(node, txn, &mut st, op, savepoints.at).await
         };
         if let Err(e) = &r {
             if e.code == ErrorCode::LockWaitTimeout {
@@ -271,6 +302,7 @@ async fn execute_one(
     txn: u64,
     st: &mut TxnState,
     TxnOp { mut op, lock, held_term }: TxnOp,
+    savepoint: u64,
 ) -> Result<Answer, ShoalError> {
     let map = node.map();
     let table = ops::table_of(&map, op.table)?;
@@ -301,6 +333,7 @@ async fn execute_one(
         writes: BTreeMap::new(),
         held_at: None,
         taken_over: false,
+        undo: vec![],
     });
     if let Some(mode) = mode {
         let max = node.txns.limits.max_locks;
@@ -323,10 +356,13 @@ async fn execute_one(
         return Ok(Answer::Row(current));
     }
     let max = node.txns.limits.max_writes;
-    if !pt.writes.contains_key(&key) && pt.writes.len() >= max {
+    if (!pt.writes.contains_key(&key) && pt.writes.len() >= max) || pt.undo.len() >= max {
         return Err(ShoalError::new(
             ErrorCode::TooManyLocks,
-            format!("a transaction writes at most {max} rows per node (max_txn_operations)"),
+            format!(
+                "a transaction writes at most {max} rows per node, and keeps at most {max} \
+                 earlier images for its savepoints (max_txn_operations)"
+            ),
         ));
     }
     let is_update = op.kind == OpKind::Update;
@@ -342,10 +378,55 @@ async fn execute_one(
             format!("table {} is full: node {} reached its data memory limit", table.name(), node.id),
         ));
     }
-    if let Some(old) = pt.writes.insert(key, Pending { data, reserved, base: None }) {
-        node.budget.release(old.reserved);
+    let pending = Pending { data, reserved, base: None, savepoint };
+    if savepoint == 0 {
+        if let Some(old) = pt.writes.insert(key, pending) {
+            node.budget.release(old.reserved);
+        }
+        return Ok(Answer::Row(None));
+    }
+    // The first write of the key under this savepoint keeps what undoes it; a later one
+    // under the same savepoint replaces an image that entry already covers.
+    match pt.writes.insert(key.clone(), pending) {
+        Some(old) if old.savepoint == savepoint => node.budget.release(old.reserved),
+        before => pt.undo.push(Undo { savepoint, key, before }),
     }
     Ok(Answer::Row(None))
+}
+
+/// Undoes every write made here under a savepoint `to` or later, newest first: each key
+/// gets back its pending image from before (none: the committed row shows again). The locks
+/// stay, as InnoDB's do after a statement or savepoint rollback.
+fn rollback_to_savepoint(node: &Node, st: &mut TxnState, to: u64) {
+    for pt in st.parts.values_mut() {
+        let (undone, kept): (Vec<Undo>, Vec<Undo>) =
+            std::mem::take(&mut pt.undo).into_iter().partition(|u| u.savepoint >= to);
+        pt.undo = kept;
+        for u in undone.into_iter().rev() {
+            let now = match u.before {
+                Some(before) => pt.writes.insert(u.key, before),
+                None => pt.writes.remove(&u.key),
+            };
+            if let Some(now) = now {
+                node.budget.release(now.reserved);
+            }
+        }
+    }
+}
+
+/// Drops what undoes writes under savepoints below `from`: nobody will roll back to them.
+fn forget_undo_below(node: &Node, st: &mut TxnState, from: u64) {
+    for pt in st.parts.values_mut() {
+        if pt.undo.first().is_none_or(|u| u.savepoint >= from) {
+            continue;
+        }
+        let (gone, kept): (Vec<Undo>, Vec<Undo>) =
+            std::mem::take(&mut pt.undo).into_iter().partition(|u| u.savepoint < from);
+        pt.undo = kept;
+        for before in gone.into_iter().filter_map(|u| u.before) {
+            node.budget.release(before.reserved);
+        }
+    }
 }
 
 /// Frees everything a transaction holds here: locks, reserved memory.
@@ -360,6 +441,9 @@ fn release(node: &Node, txn: u64, st: &mut TxnState) {
         }
         for (_, p) in std::mem::take(&mut pt.writes) {
             node.budget.release(p.reserved);
+        }
+        for before in std::mem::take(&mut pt.undo).into_iter().filter_map(|u| u.before) {
+            node.budget.release(before.reserved);
         }
     }
 }
@@ -642,6 +726,7 @@ pub async fn adopt_prepared(node: &Arc<Node>, partition: PartitionId, term: u64)
             writes: BTreeMap::new(),
             held_at: None,
             taken_over: false,
+            undo: vec![],
         });
         pt.term = term;
         pt.taken_over = true;
@@ -653,7 +738,7 @@ pub async fn adopt_prepared(node: &Arc<Node>, partition: PartitionId, term: u64)
             }
             let reserved = img.data.as_ref().map_or(0, |d| RowSlot::charge(img.key.len(), d.len()));
             node.budget.force(reserved);
-            pt.writes.insert(img.key, Pending { data: img.data, reserved, base: Some(img.seq) });
+            pt.writes.insert(img.key, Pending { data: img.data, reserved, base: Some(img.seq), savepoint: 0 });
         }
         tracing::info!(txn = format!("{txn:x}"), partition, "took over a prepared transaction");
     }

@@ -182,27 +182,32 @@ impl Session {
                 }
                 return Ok(());
             }
-            scan if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await => {
-                // A locking read over a scan: find the rows, then read each again under its
-                // lock through the transaction (the WHERE clause is evaluated on those).
-                let key_cols: Vec<usize> = t.table.spec.primary_key.iter().map(|&c| c as usize).collect();
-                let mut keys = vec![];
-                let mut stream = self.scan_stream(name, &scan);
-                while let Some(row) = stream.next().await {
-                    let row = row.map_err(|e| cluster_err(&e, t))?;
-                    keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
+            scan => {
+                let written = self.txn_written(name).await;
+                if !written.is_empty() {
+                    return self.scan_overlaid(t, &scan, written, &mut f).await;
                 }
-                for chunk in keys.chunks(500) {
-                    let rows = self.kv_batch_get(name, chunk.to_vec(), &[]).await.map_err(|e| cluster_err(&e, t))?;
-                    for row in rows.into_iter().flatten() {
-                        if !f(row)? {
-                            return Ok(());
+                if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await {
+                    // A locking read over a scan: find the rows, then read each again under
+                    // its lock through the transaction (the WHERE clause is evaluated on those).
+                    let key_cols: Vec<usize> = t.table.spec.primary_key.iter().map(|&c| c as usize).collect();
+                    let mut keys = vec![];
+                    let mut stream = self.scan_stream(name, &scan);
+                    while let Some(row) = stream.next().await {
+                        let row = row.map_err(|e| cluster_err(&e, t))?;
+                        keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
+                    }
+                    for chunk in keys.chunks(500) {
+                        let rows =
+                            self.kv_batch_get(name, chunk.to_vec(), &[]).await.map_err(|e| cluster_err(&e, t))?;
+                        for row in rows.into_iter().flatten() {
+                            if !f(row)? {
+                                return Ok(());
+                            }
                         }
                     }
+                    return Ok(());
                 }
-                return Ok(());
-            }
-            scan => {
                 let mut stream = self.scan_stream(name, &scan);
                 while let Some(row) = stream.next().await {
                     let row = row.map_err(|e| cluster_err(&e, t))?;
@@ -217,6 +222,52 @@ impl Session {
         for row in rows.into_iter().flatten() {
             if !f(row)? {
                 break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A scan inside a transaction that wrote the keys `written` of the table. A scan reads
+    /// committed rows only, so the rows at those keys come through the transaction instead
+    /// (its pending images: an inserted row is there, a deleted one gone, an updated one
+    /// new), each kept when it lies within the access path (its filters, partition and index
+    /// range); the scan's rows at those keys are skipped. Under a lock (FOR UPDATE, or
+    /// UPDATE and DELETE finding their rows) every row is read again under it, as above. The
+    /// transaction's rows come after the scan's, so an index range is not in index order
+    /// here (`run_plan` does not take the index's order when the transaction wrote the table).
+    async fn scan_overlaid(
+        &self,
+        t: &TableRef,
+        access: &Access,
+        written: Vec<Vec<Value>>,
+        f: &mut impl FnMut(Vec<Value>) -> SqlResult<bool>,
+    ) -> SqlResult<()> {
+        let (name, table) = (&t.table.spec.name, &t.table);
+        let encode = |key: &[Value]| shoal_proto::codec::encode_key_ref(table, key).ok();
+        let mine: std::collections::HashSet<Vec<u8>> = written.iter().filter_map(|k| encode(k)).collect();
+        let locking = self.read_lock() != shoal_client::LockMode::None;
+        let mut keys = vec![];
+        let mut stream = self.scan_stream(name, access);
+        while let Some(row) = stream.next().await {
+            let row = row.map_err(|e| cluster_err(&e, t))?;
+            let key = table.key_of(&row);
+            if encode(&key).is_some_and(|k| mine.contains(&k)) {
+                continue;
+            }
+            if locking {
+                keys.push(key);
+            } else if !f(row)? {
+                return Ok(());
+            }
+        }
+        drop(stream);
+        keys.extend(written);
+        for chunk in keys.chunks(500) {
+            let rows = self.kv_batch_get(name, chunk.to_vec(), &[]).await.map_err(|e| cluster_err(&e, t))?;
+            for row in rows.into_iter().flatten() {
+                if within(table, access, &row) && !f(row)? {
+                    return Ok(());
+                }
             }
         }
         Ok(())
@@ -383,7 +434,11 @@ impl Session {
                 self.read_tables(plan, Some(scan)).await?;
                 let mut access = plan::choose(&scan.table, sp.filter.as_ref());
                 let mut run = SelectRun::new(sp, None);
-                if let Some(ordered) = index_order(sp, &scan.table, &access) {
+                // A transaction's own writes come after the scan's rows (`scan_overlaid`):
+                // then the run sorts them itself.
+                let own_writes = matches!(access, Access::Range(..))
+                    && !self.txn_written(&scan.table.table.spec.name).await.is_empty();
+                if let Some(ordered) = index_order(sp, &scan.table, &access).filter(|_| !own_writes) {
                     access = ordered;
                     run.presorted();
                 } else if plan::filter_implied(&scan.table, sp.filter.as_ref(), &access) {
@@ -1456,4 +1511,19 @@ pub(crate) fn index_order(sp: &crate::sql::query::SelectPlan, t: &TableRef, acce
         order.push((*c, *asc));
     }
     plan::order_by_index(t, access, &order, limit.saturating_add(sp.offset))
+}
+
+/// Whether a row read by key lies within a scan access path: it passes the path's filters
+/// and is in its partition and index range (see `Session::scan_overlaid`).
+fn within(table: &shoal_proto::Table, access: &Access, row: &[Value]) -> bool {
+    let in_partition = |p: u32| shoal_proto::codec::partition_of_key(table, &table.key_of(row)) == p;
+    let passes = |filters: &[shoal_proto::filter::Filter]| filters.iter().all(|f| f.matches(row));
+    match access {
+        Access::Scan(filters) => passes(filters),
+        Access::Partition(p, filters) => in_partition(*p) && passes(filters),
+        Access::Range(range, only, filters, _) => {
+            only.is_none_or(in_partition) && range.admits(table, row) && passes(filters)
+        }
+        _ => true,
+    }
 }

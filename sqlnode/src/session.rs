@@ -201,6 +201,9 @@ pub struct Session {
     pub in_transaction: bool,
     /// A write happened since BEGIN (it is committed already: see `TxnControl::Rollback`).
     pub wrote_in_transaction: bool,
+    /// SQL SAVEPOINTs: name, the transaction's id, its savepoint number there (see
+    /// `crate::txn`), in the order set.
+    pub savepoints: Vec<(String, u64, u64)>,
     /// The client asked for "found rows" instead of "changed rows" in UPDATE counts.
     pub client_found_rows: bool,
     pub prepared: IdMap<u32, Arc<Prepared>>,
@@ -273,6 +276,7 @@ impl Session {
             cte_max_recursion_depth: None,
             in_transaction: false,
             wrote_in_transaction: false,
+            savepoints: vec![],
             client_found_rows,
             prepared: IdMap::default(),
             next_statement: 1,
@@ -463,13 +467,20 @@ impl Session {
             // (1412), or the cluster rolled its own transaction back (1213: a partition moved
             // under it, a deadlock) — is planned and run again.
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+                // Inside a transaction a statement that fails takes back what it wrote, and
+                // only that (outside, its own transaction is rolled back whole).
+                let savepoint = self.statement_savepoint().await;
                 let mut attempt = 0;
-                loop {
+                let out = loop {
                     let out = self.write_once(stmt, sql).await;
                     if !self.implicit_retry(&mut attempt, &out).await {
                         self.note_write();
                         break out;
                     }
+                };
+                match (out, savepoint) {
+                    (Err(e), Some(sp)) => Err(self.undo_statement(sp, e).await),
+                    (out, _) => out,
                 }
             }
             _ => Box::pin(self.rare_statement(Box::new(stmt.clone()), sql)).await,
@@ -616,6 +627,7 @@ impl Session {
     }
 
     async fn transaction_control(&mut self, c: TxnControl) -> SqlResult<Outcome> {
+        self.savepoints.clear();
         let r = match c {
             TxnControl::Begin => {
                 self.txn_begin().await?;
@@ -695,6 +707,7 @@ impl Session {
                 Ok(Outcome::ok())
             }
             Admin::Txn(c) => self.transaction_control(c).await,
+            Admin::Savepoint(op) => self.savepoint_statement(op).await,
             Admin::CreateDatabase { name, if_not_exists } => {
                 check_ident("database", &name)?;
                 self.check_db(&name)?;
@@ -844,9 +857,9 @@ impl Session {
                     "ndbcluster".into(),
                     "DEFAULT".into(),
                     "Shoal: distributed, in-memory, replicated".into(),
+                    "YES".into(),
                     "NO".into(),
-                    "NO".into(),
-                    "NO".into(),
+                    "YES".into(),
                 ]],
             )),
             Admin::ShowCollation => Ok(text_rows(

@@ -4,8 +4,10 @@
 //! While a transaction is open every key read and write of the session goes through it: writes
 //! lock their rows and stay invisible to others until COMMIT; key reads see the transaction's
 //! own writes; reads under FOR UPDATE / FOR SHARE (and the reads UPDATE and DELETE make to find
-//! their rows) lock what they return. A scan without a lock reads committed rows only (it does
-//! not see the transaction's own pending writes). When the cluster rolls the transaction back
+//! their rows) lock what they return. A scan reads committed rows at the data nodes; inside a
+//! transaction that wrote the table, the rows at the keys it wrote come through the
+//! transaction instead (`Session::scan_overlaid`), so every read sees its own writes, as in
+//! MySQL. When the cluster rolls the transaction back
 //! (error 1213) the session's transaction is gone, as in MySQL; a lock wait timeout (1205)
 //! fails the statement and leaves the transaction open. Outside a transaction each statement
 //! commits on its own, as before.
@@ -16,8 +18,10 @@ use shoal_client::{KeyOp, LockMode, OpOutcome, RowDecoder};
 use shoal_proto::aggregate::{Aggregate, Partial};
 use shoal_proto::{ErrorCode, ShoalError, Value};
 
-use crate::error::SqlResult;
+use crate::error::{code, SqlError, SqlResult};
+use crate::session::Outcome;
 use crate::session::Session;
+use crate::sql::parse::SavepointOp;
 
 pub(crate) fn lock_code(l: LockMode) -> u8 {
     match l {
@@ -62,6 +66,12 @@ impl Session {
                 let _ = t.rollback().await;
             }
         }
+    }
+
+    /// The primary keys of `table` the session's open transaction wrote (empty outside one):
+    /// a scan lays the transaction's rows at those keys over its own (`Session::scan_overlaid`).
+    pub(crate) async fn txn_written(&self, table: &str) -> Vec<Vec<Value>> {
+        self.txn.lock().await.as_ref().map(|t| t.written_keys(table)).unwrap_or_default()
     }
 
     /// Key operations: through the open transaction (reads with the statement's lock), or each
@@ -198,6 +208,82 @@ impl Session {
                 Err(e)
             }
         }
+    }
+
+    /// The savepoint a write statement runs under inside a transaction (None outside one,
+    /// where the statement's own transaction is all or nothing). Savepoints below the
+    /// session's oldest SQL SAVEPOINT (or below this one) are let go at the data nodes.
+    pub(crate) async fn statement_savepoint(&self) -> Option<u64> {
+        if !self.in_transaction && self.autocommit {
+            return None;
+        }
+        let mut t = self.txn.lock().await;
+        if t.is_none() && !self.autocommit {
+            *t = Some(self.client().begin());
+        }
+        let tx = t.as_mut()?;
+        let sp = tx.savepoint();
+        let oldest = self.savepoints.iter().filter(|s| s.1 == tx.id()).map(|s| s.2).min();
+        tx.keep_savepoints_from(oldest.unwrap_or(sp));
+        Some(sp)
+    }
+
+    /// Takes back what a failed statement wrote under savepoint `sp`; returns the error to
+    /// report: the statement's own, or 1213 when the undo failed and the cluster rolled the
+    /// whole transaction back (which the session then forgets).
+    pub(crate) async fn undo_statement(&self, sp: u64, e: SqlError) -> SqlError {
+        let mut t = self.txn.lock().await;
+        let Some(tx) = t.as_mut() else { return e };
+        match tx.rollback_to(sp).await {
+            Ok(()) => e,
+            Err(undo) => {
+                t.take();
+                SqlError::from_cluster(&undo)
+            }
+        }
+    }
+
+    /// SAVEPOINT, ROLLBACK TO SAVEPOINT, RELEASE SAVEPOINT (names compare ignoring case). Outside
+    /// a transaction SAVEPOINT is accepted and keeps nothing (each statement commits on its
+    /// own), as in MySQL; ROLLBACK TO and RELEASE then find no savepoint (1305).
+    pub(crate) async fn savepoint_statement(&mut self, op: SavepointOp) -> SqlResult<Outcome> {
+        let mut t = self.txn.lock().await;
+        if t.is_none() && !self.autocommit {
+            *t = Some(self.client().begin());
+        }
+        let id = t.as_ref().map(|tx| tx.id());
+        // Savepoints of an earlier transaction are gone with it.
+        self.savepoints.retain(|s| Some(s.1) == id);
+        let at = |name: &str| self.savepoints.iter().position(|s| s.0.eq_ignore_ascii_case(name));
+        let missing = |name: &str| SqlError::new(code::SP_DOES_NOT_EXIST, format!("SAVEPOINT {name} does not exist"));
+        match op {
+            SavepointOp::Set(name) => {
+                let Some(tx) = t.as_mut().filter(|_| self.in_transaction || !self.autocommit) else {
+                    return Ok(Outcome::ok());
+                };
+                if let Some(i) = at(&name) {
+                    self.savepoints.remove(i);
+                }
+                let sp = tx.savepoint();
+                self.savepoints.push((name, tx.id(), sp));
+            }
+            SavepointOp::RollbackTo(name) => {
+                let (Some(i), Some(tx)) = (at(&name), t.as_mut()) else { return Err(missing(&name)) };
+                let sp = self.savepoints[i].2;
+                if let Err(e) = tx.rollback_to(sp).await {
+                    t.take();
+                    self.savepoints.clear();
+                    return Err(SqlError::from_cluster(&e));
+                }
+                // The later savepoints go; this one stays, to be rolled back to again.
+                self.savepoints.truncate(i + 1);
+            }
+            SavepointOp::Release(name) => {
+                let Some(i) = at(&name) else { return Err(missing(&name)) };
+                self.savepoints.truncate(i);
+            }
+        }
+        Ok(Outcome::ok())
     }
 
     /// BEGIN: commits an open transaction first, as MySQL does.

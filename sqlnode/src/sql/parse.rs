@@ -29,9 +29,18 @@ pub enum TxnControl {
     Rollback,
 }
 
+/// SAVEPOINT name, ROLLBACK TO [SAVEPOINT] name, RELEASE SAVEPOINT name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SavepointOp {
+    Set(String),
+    RollbackTo(String),
+    Release(String),
+}
+
 /// A statement handled without sqlparser.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admin {
+    Savepoint(SavepointOp),
     /// Nothing but whitespace and comments.
     Empty,
     /// SET of session variables: (name, value text). Accepted; `autocommit` is remembered.
@@ -292,10 +301,26 @@ pub fn classify(sql: &str) -> SqlResult<Option<Admin>> {
         "COMMIT" => Admin::Txn(TxnControl::Commit),
         "ROLLBACK" => {
             c.eat("WORK");
-            if !c.done() {
-                return Err(SqlError::not_supported("ROLLBACK TO SAVEPOINT"));
+            if c.eat("TO") {
+                c.eat("SAVEPOINT");
+                let name = c.name()?;
+                c.end()?;
+                Admin::Savepoint(SavepointOp::RollbackTo(name))
+            } else if c.done() {
+                Admin::Txn(TxnControl::Rollback)
+            } else {
+                return Err(SqlError::not_supported("ROLLBACK AND CHAIN / RELEASE"));
             }
-            Admin::Txn(TxnControl::Rollback)
+        }
+        "SAVEPOINT" => {
+            let name = c.name()?;
+            c.end()?;
+            Admin::Savepoint(SavepointOp::Set(name))
+        }
+        "RELEASE" if c.eat("SAVEPOINT") => {
+            let name = c.name()?;
+            c.end()?;
+            Admin::Savepoint(SavepointOp::Release(name))
         }
         "DESCRIBE" | "DESC" | "EXPLAIN" if matches!(c.t.get(1), Some(Tok::Kw(_) | Tok::Name(_))) && c.t.len() <= 4 => {
             // `DESC t`, `DESCRIBE db.t`; EXPLAIN of a query falls through to sqlparser.
@@ -853,6 +878,13 @@ mod tests {
         assert_eq!(bare_transaction_control("BEGIN"), Some(TxnControl::Begin));
         assert_eq!(bare_transaction_control("Rollback"), Some(TxnControl::Rollback));
         assert_eq!(bare_transaction_control("BEGIN WORK"), None);
+        let sp = |op| Some(Admin::Savepoint(op));
+        assert_eq!(classify("SAVEPOINT a1").unwrap(), sp(SavepointOp::Set("a1".into())));
+        assert_eq!(classify("rollback work to savepoint `a1`").unwrap(), sp(SavepointOp::RollbackTo("a1".into())));
+        assert_eq!(classify("ROLLBACK TO a1").unwrap(), sp(SavepointOp::RollbackTo("a1".into())));
+        assert_eq!(classify("RELEASE SAVEPOINT a1;").unwrap(), sp(SavepointOp::Release("a1".into())));
+        assert_eq!(classify("ROLLBACK AND CHAIN").unwrap_err().code, 1235);
+        assert!(classify("SAVEPOINT").is_err());
         assert_eq!(bare_transaction_control("COMMITTED"), None);
         assert_eq!(classify("select 1").unwrap(), None);
         assert_eq!(classify("create table t (a int)").unwrap(), None);
