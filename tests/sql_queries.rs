@@ -741,8 +741,30 @@ async fn alter_table_adds_and_drops_columns() {
     assert_eq!(code_of(c.query_drop("ALTER TABLE h2 RENAME INDEX label_u TO `PRIMARY`").await), 1280);
     // Forms not there yet: a clear 1235, and the connection goes on.
     assert_eq!(code_of(c.query_drop("ALTER TABLE h2 RENAME INDEX label_u TO s2, ADD COLUMN q INT").await), 1235);
-    assert_eq!(code_of(c.query_drop("ALTER TABLE h2 DROP PRIMARY KEY").await), 1235);
     assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM m").await, ["3"]);
+
+    // ADD / DROP PRIMARY KEY copy the rows under the new key (or a hidden one).
+    c.query_drop("CREATE TABLE pk (a INT, b VARCHAR(5))").await.unwrap();
+    c.query_drop("INSERT INTO pk VALUES (1, 'x'), (2, 'y'), (2, 'z')").await.unwrap();
+    assert_eq!(code_of(c.query_drop("ALTER TABLE pk ADD PRIMARY KEY (a)").await), 1062);
+    assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM pk").await, ["3"], "a failed ALTER leaves the table");
+    c.query_drop("ALTER TABLE pk ADD PRIMARY KEY (a, b)").await.unwrap();
+    let create = rows(&mut c, "SHOW CREATE TABLE pk").await.join("\n");
+    assert!(create.contains("PRIMARY KEY (`a`,`b`)") && create.contains("`a` int NOT NULL"), "{create}");
+    assert_eq!(code_of(c.query_drop("INSERT INTO pk VALUES (2, 'z')").await), 1062);
+    assert_eq!(rows(&mut c, "SELECT b FROM pk WHERE a = 2 AND b = 'y'").await, ["y"]);
+    assert_eq!(code_of(c.query_drop("ALTER TABLE pk ADD PRIMARY KEY (b)").await), 1068);
+    c.query_drop("ALTER TABLE pk DROP PRIMARY KEY").await.unwrap();
+    c.query_drop("INSERT INTO pk VALUES (2, 'z')").await.unwrap();
+    assert_eq!(rows(&mut c, "SELECT COUNT(*) FROM pk WHERE a = 2").await, ["3"]);
+    assert_eq!(code_of(c.query_drop("ALTER TABLE pk DROP PRIMARY KEY").await), 1091);
+    // The old key's columns stay NOT NULL, as in MySQL.
+    assert_eq!(code_of(c.query_drop("INSERT INTO pk VALUES (3, NULL)").await), 1048);
+    c.query_drop("CREATE TABLE pn (a INT, b INT)").await.unwrap();
+    c.query_drop("INSERT INTO pn VALUES (1, NULL)").await.unwrap();
+    assert_eq!(code_of(c.query_drop("ALTER TABLE pn ADD PRIMARY KEY (b)").await), 1138);
+    c.query_drop("CREATE TABLE ai (id INT AUTO_INCREMENT PRIMARY KEY, v INT)").await.unwrap();
+    assert_eq!(code_of(c.query_drop("ALTER TABLE ai DROP PRIMARY KEY").await), 1075);
     c.disconnect().await.unwrap();
 }
 

@@ -130,7 +130,11 @@ pub fn needs_copy(op: &AlterTableOperation) -> bool {
             | AlterTableOperation::ChangeColumn { .. }
             | AlterTableOperation::RenameColumn { .. }
             | AlterTableOperation::AlterColumn { .. }
-            | AlterTableOperation::AddConstraint { constraint: TableConstraint::Unique(_), .. }
+            | AlterTableOperation::AddConstraint {
+                constraint: TableConstraint::Unique(_) | TableConstraint::PrimaryKey(_),
+                ..
+            }
+            | AlterTableOperation::DropPrimaryKey { .. }
     )
 }
 
@@ -382,6 +386,28 @@ pub(crate) fn new_layout(env: &Env, t: &TableRef, ops: &[AlterTableOperation]) -
                     positions.iter().enumerate().map(|(k, &p)| (columns[p as usize].name.clone(), prefix(k))).collect();
                 indexes.push(NamedIndex { name, columns, unique });
             }
+            // The new key orders the copy: rows that repeat its values fail the copy with
+            // 1062, NULLs in its columns with MySQL's error for a NOT NULL column.
+            AlterTableOperation::AddConstraint { constraint: TableConstraint::PrimaryKey(p), .. } => {
+                if !pk.is_empty() {
+                    return Err(SqlError::new(code::MULTIPLE_PRI_KEY, "Multiple primary key defined"));
+                }
+                let columns: Vec<Column> = cols.iter().map(|c| c.col.clone()).collect();
+                let positions = crate::session::index_columns(&columns, &p.columns)?;
+                pk = positions.iter().map(|&i| columns[i as usize].name.clone()).collect();
+            }
+            // The table gets a hidden key, as a table created without one; its partition key
+            // was part of the old key and goes with it.
+            AlterTableOperation::DropPrimaryKey { .. } => {
+                if pk.is_empty() {
+                    return Err(SqlError::new(
+                        code::CANT_DROP_FIELD_OR_KEY,
+                        "Can't DROP 'PRIMARY'; check that column/key exists",
+                    ));
+                }
+                pk.clear();
+                partition_key.clear();
+            }
             AlterTableOperation::DropIndex { name } => {
                 let before = indexes.len();
                 indexes.retain(|i| !i.name.eq_ignore_ascii_case(&name.value));
@@ -406,6 +432,14 @@ pub(crate) fn new_layout(env: &Env, t: &TableRef, ops: &[AlterTableOperation]) -
     };
     let primary_key = positions(&cols, &pk);
     let partition_key = positions(&cols, &partition_key);
+    if let Some(auto) = cols.iter().position(|c| c.col.auto_increment) {
+        if primary_key != [auto as u32] {
+            return Err(SqlError::new(
+                code::WRONG_AUTO_KEY,
+                "Incorrect table definition; there can be only one auto column and it must be the whole primary key",
+            ));
+        }
+    }
     for &k in &primary_key {
         let c = &mut cols[k as usize].col;
         // Primary key columns are NOT NULL (as in CREATE TABLE).
@@ -909,14 +943,27 @@ mod tests {
         assert_eq!(code_of(layout("MODIFY v INT PRIMARY KEY")), code::MULTIPLE_PRI_KEY);
         assert_eq!(code_of(layout("MODIFY id DOUBLE")), code::NOT_SUPPORTED_YET);
         assert_eq!(code_of(layout("MODIFY v INT AUTO_INCREMENT")), code::NOT_SUPPORTED_YET);
-        assert_eq!(code_of(layout("DROP PRIMARY KEY, MODIFY v BIGINT")), code::NOT_SUPPORTED_YET);
+        assert_eq!(code_of(layout("ADD PRIMARY KEY (v)")), code::MULTIPLE_PRI_KEY);
+        assert_eq!(code_of(layout("DROP PRIMARY KEY, DROP PRIMARY KEY")), code::CANT_DROP_FIELD_OR_KEY);
+        assert_eq!(code_of(layout("DROP PRIMARY KEY, ADD PRIMARY KEY (nope)")), code::KEY_COLUMN_DOES_NOT_EXIST);
+    }
+
+    /// ADD / DROP PRIMARY KEY: a new key (its columns NOT NULL), or a hidden one.
+    #[test]
+    fn primary_keys_are_dropped_and_added() {
+        let l = layout("DROP PRIMARY KEY, MODIFY v BIGINT").unwrap();
+        assert!(l.primary_key.is_empty() && l.partition_key.is_empty());
+        assert_eq!(indexes(&l), ["v_idx(v)", "s_u(s)"]);
+        let l = layout("DROP PRIMARY KEY, ADD PRIMARY KEY (s, v)").unwrap();
+        assert_eq!(l.primary_key, vec![2, 1]);
+        assert!(!l.columns[1].nullable, "a primary key column is NOT NULL");
+        assert_eq!(indexes(&l), ["PRIMARY(s,v)", "v_idx(v)", "s_u(s)"]);
+        assert!(in_place(&table(), &l).is_none(), "a new key copies the rows");
     }
 
     #[test]
     fn other_forms_are_refused_clearly() {
         for ops in [
-            "ADD PRIMARY KEY (v)",
-            "DROP PRIMARY KEY",
             "ALTER COLUMN v SET NOT NULL",
             "MODIFY v INT, DROP FOREIGN KEY f",
             "RENAME INDEX v_idx TO v2",
