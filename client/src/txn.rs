@@ -49,6 +49,8 @@ pub struct Transaction {
     savepoint: u64,
     last_savepoint: u64,
     keep_from: u64,
+    /// The savepoint of the last write sent: a rollback to a later one has nothing to undo.
+    wrote_under: u64,
     finished: bool,
 }
 
@@ -88,6 +90,7 @@ impl Client {
             savepoint: 0,
             last_savepoint: 0,
             keep_from: 0,
+            wrote_under: 0,
             finished: false,
         }
     }
@@ -341,13 +344,16 @@ impl Transaction {
     /// unknown may have taken effect, and reading a key the transaction did not change
     /// through it costs only the read).
     fn note_written(&mut self, map: &shoal_proto::ClusterState, op: &pb::Op) {
+        if op.kind == pb::OpKind::Read as i32 {
+            return;
+        }
+        self.wrote_under = self.savepoint;
         let Some(table) = map.table_by_id(op.table_id) else { return };
         let key = match pb::OpKind::try_from(op.kind) {
-            Ok(pb::OpKind::Read) | Err(_) => return,
             Ok(pb::OpKind::Insert | pb::OpKind::Upsert) => {
                 table.key_of(&shoal_proto::convert::values_from_pb(op.row.clone()))
             }
-            Ok(_) => shoal_proto::convert::values_from_pb(op.key.clone()),
+            _ => shoal_proto::convert::values_from_pb(op.key.clone()),
         };
         let Ok(encoded) = shoal_proto::codec::encode_key_ref(table, &key) else { return };
         let w = self.written.entry(op.table_id).or_default();
@@ -468,7 +474,8 @@ impl Transaction {
         if self.finished {
             return Err(aborted("the transaction is finished"));
         }
-        let (Some(tc), false) = (self.tc, self.parts.is_empty()) else {
+        let (Some(tc), false, true) = (self.tc, self.parts.is_empty(), self.wrote_under >= to) else {
+            // Nothing was written since: nothing to undo anywhere.
             self.savepoint();
             return Ok(());
         };
@@ -611,6 +618,7 @@ impl Drop for Transaction {
             savepoint: 0,
             last_savepoint: 0,
             keep_from: 0,
+            wrote_under: 0,
             finished: true,
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
