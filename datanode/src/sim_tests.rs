@@ -587,6 +587,51 @@ async fn decision_rides_on_own_commit(sim: &Sim, tc: NodeId, a: i64, b: i64) {
     assert_eq!(sim.read_at(peer, a).unwrap(), Some(3));
 }
 
+/// Savepoints at the participants: rolling back to one undoes the writes made under it and
+/// under later ones (newest first: a key written under both gets its image from before), leaves
+/// the earlier ones, and the commit applies what is left.
+#[tokio::test]
+async fn rolling_back_to_a_savepoint_undoes_only_its_writes_and_later_ones() {
+    use crate::txn::Savepoints;
+    let sim = Sim::new(2).await;
+    let (k, j) = (1, 2);
+    sim.write(sim.primary_of(k), k, 1).await.unwrap();
+    let tc = sim.primary_of(k);
+    let txn = 0x61;
+    let upsert = |key: i64, v: i64, at: u64| {
+        let op = crate::txn::TxnOp { op: sim.op(OpKind::Upsert, key, v), lock: None, held_term: 0 };
+        let node = sim.node(sim.primary_of(key));
+        async move {
+            for (r, _) in crate::txn::execute(&node, txn, tc, vec![op], Savepoints { at, ..Default::default() }).await {
+                r.expect("upsert in the transaction");
+            }
+        }
+    };
+    upsert(k, 2, 1).await;
+    upsert(k, 3, 2).await;
+    upsert(k, 4, 2).await;
+    upsert(j, 5, 2).await;
+    upsert(j, 6, 3).await;
+    for key in [k, j] {
+        let node = sim.node(sim.primary_of(key));
+        let rollback = Savepoints { rollback_to: 2, ..Default::default() };
+        assert!(crate::txn::execute(&node, txn, tc, vec![], rollback).await.is_empty());
+    }
+    let mut parts: Vec<_> = [k, j]
+        .iter()
+        .map(|&key| {
+            let op = sim.op(OpKind::Read, key, 0);
+            (op.table, op.partition)
+        })
+        .collect();
+    parts.dedup();
+    crate::txn::commit_as_tc(&sim.node(tc), txn, parts, false, vec![]).await.expect("commit");
+    for at in [11, 12] {
+        assert_eq!(sim.read_at(at, k).unwrap(), Some(2), "key {k} at node {at}: savepoint 1's write stays");
+        assert_eq!(sim.read_at(at, j).unwrap(), None, "key {j} at node {at}: written from savepoint 2 on only");
+    }
+}
+
 #[tokio::test]
 async fn commit_decision_rides_on_the_coordinators_own_commit() {
     // Two own partitions: their images are kept at the peer at PREPARE.
