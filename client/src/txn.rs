@@ -44,10 +44,9 @@ pub struct Transaction {
     /// reads committed rows only, so a caller that scans inside the transaction reads these
     /// keys through it and lays them over the scan ([`Transaction::written_keys`]).
     written: BTreeMap<TableId, Written>,
-    /// The savepoint the operations run under now (0: none; see [`Transaction::savepoint`]),
-    /// the last one started, and the lowest one that may still be rolled back to.
+    /// The savepoint the operations run under now, the last one started (0: none; see
+    /// [`Transaction::savepoint`]), and the lowest one that may still be rolled back to.
     savepoint: u64,
-    last_savepoint: u64,
     keep_from: u64,
     /// The savepoint of the last write sent: a rollback to a later one has nothing to undo.
     wrote_under: u64,
@@ -88,7 +87,6 @@ impl Client {
             parts: BTreeMap::new(),
             written: BTreeMap::new(),
             savepoint: 0,
-            last_savepoint: 0,
             keep_from: 0,
             wrote_under: 0,
             finished: false,
@@ -371,6 +369,11 @@ impl Transaction {
         self.written.get(&t.id).map(|w| w.keys.clone()).unwrap_or_default()
     }
 
+    /// Whether this transaction wrote, or tried to write, a row of `table`.
+    pub fn has_written(&self, table: &str) -> bool {
+        self.client.map().table(table).is_some_and(|t| self.written.contains_key(&t.id))
+    }
+
     /// Routes `ops[i]`, for each i in `pending`, to its partition's primary: per node, each
     /// op's index, its encoding, lock mode and partition. An op that cannot go anywhere gets
     /// its error in `out`; one whose partition has no primary right now goes to `retry`.
@@ -455,8 +458,7 @@ impl Transaction {
     /// had before (counted against `max_txn_operations`) until the transaction ends or
     /// [`Transaction::keep_savepoints_from`] lets it go. Numbers grow from 1.
     pub fn savepoint(&mut self) -> u64 {
-        self.last_savepoint += 1;
-        self.savepoint = self.last_savepoint;
+        self.savepoint += 1;
         self.savepoint
     }
 
@@ -616,7 +618,6 @@ impl Drop for Transaction {
             parts: std::mem::take(&mut self.parts),
             written: BTreeMap::new(),
             savepoint: 0,
-            last_savepoint: 0,
             keep_from: 0,
             wrote_under: 0,
             finished: true,

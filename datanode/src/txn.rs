@@ -399,10 +399,7 @@ async fn execute_one(
 /// stay, as InnoDB's do after a statement or savepoint rollback.
 fn rollback_to_savepoint(node: &Node, st: &mut TxnState, to: u64) {
     for pt in st.parts.values_mut() {
-        let (undone, kept): (Vec<Undo>, Vec<Undo>) =
-            std::mem::take(&mut pt.undo).into_iter().partition(|u| u.savepoint >= to);
-        pt.undo = kept;
-        for u in undone.into_iter().rev() {
+        for u in take_undo(pt, |u| u.savepoint >= to).into_iter().rev() {
             let now = match u.before {
                 Some(before) => pt.writes.insert(u.key, before),
                 None => pt.writes.remove(&u.key),
@@ -414,16 +411,20 @@ fn rollback_to_savepoint(node: &Node, st: &mut TxnState, to: u64) {
     }
 }
 
+/// Takes the undo entries `which` picks out of `pt`, in their order; the rest stay.
+fn take_undo(pt: &mut PartTxn, which: impl Fn(&Undo) -> bool) -> Vec<Undo> {
+    let (taken, kept) = std::mem::take(&mut pt.undo).into_iter().partition(which);
+    pt.undo = kept;
+    taken
+}
+
 /// Drops what undoes writes under savepoints below `from`: nobody will roll back to them.
 fn forget_undo_below(node: &Node, st: &mut TxnState, from: u64) {
     for pt in st.parts.values_mut() {
         if pt.undo.first().is_none_or(|u| u.savepoint >= from) {
             continue;
         }
-        let (gone, kept): (Vec<Undo>, Vec<Undo>) =
-            std::mem::take(&mut pt.undo).into_iter().partition(|u| u.savepoint < from);
-        pt.undo = kept;
-        for before in gone.into_iter().filter_map(|u| u.before) {
+        for before in take_undo(pt, |u| u.savepoint < from).into_iter().filter_map(|u| u.before) {
             node.budget.release(before.reserved);
         }
     }

@@ -432,14 +432,7 @@ pub(crate) fn new_layout(env: &Env, t: &TableRef, ops: &[AlterTableOperation]) -
     };
     let primary_key = positions(&cols, &pk);
     let partition_key = positions(&cols, &partition_key);
-    if let Some(auto) = cols.iter().position(|c| c.col.auto_increment) {
-        if primary_key != [auto as u32] {
-            return Err(SqlError::new(
-                code::WRONG_AUTO_KEY,
-                "Incorrect table definition; there can be only one auto column and it must be the whole primary key",
-            ));
-        }
-    }
+    crate::session::check_auto_key(cols.iter().map(|c| c.col.auto_increment), &primary_key)?;
     for &k in &primary_key {
         let c = &mut cols[k as usize].col;
         // Primary key columns are NOT NULL (as in CREATE TABLE).

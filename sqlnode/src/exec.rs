@@ -184,38 +184,8 @@ impl Session {
             }
             scan => {
                 let written = self.txn_written(name).await;
-                if !written.is_empty() {
-                    return self.scan_overlaid(t, &scan, written, &mut f).await;
-                }
-                if self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await {
-                    // A locking read over a scan: find the rows, then read each again under
-                    // its lock through the transaction (the WHERE clause is evaluated on those).
-                    let key_cols: Vec<usize> = t.table.spec.primary_key.iter().map(|&c| c as usize).collect();
-                    let mut keys = vec![];
-                    let mut stream = self.scan_stream(name, &scan);
-                    while let Some(row) = stream.next().await {
-                        let row = row.map_err(|e| cluster_err(&e, t))?;
-                        keys.push(key_cols.iter().map(|&c| row[c].clone()).collect::<Vec<Value>>());
-                    }
-                    for chunk in keys.chunks(500) {
-                        let rows =
-                            self.kv_batch_get(name, chunk.to_vec(), &[]).await.map_err(|e| cluster_err(&e, t))?;
-                        for row in rows.into_iter().flatten() {
-                            if !f(row)? {
-                                return Ok(());
-                            }
-                        }
-                    }
-                    return Ok(());
-                }
-                let mut stream = self.scan_stream(name, &scan);
-                while let Some(row) = stream.next().await {
-                    let row = row.map_err(|e| cluster_err(&e, t))?;
-                    if !f(row)? {
-                        break;
-                    }
-                }
-                return Ok(());
+                let locking = self.read_lock() != shoal_client::LockMode::None && self.in_cluster_txn().await;
+                return self.scan_rows(t, &scan, written, locking, &mut f).await;
             }
         };
         let rows = self.kv_batch_get(name, keys, columns).await.map_err(|e| cluster_err(&e, t))?;
@@ -227,29 +197,37 @@ impl Session {
         Ok(())
     }
 
-    /// A scan inside a transaction that wrote the keys `written` of the table. A scan reads
-    /// committed rows only, so the rows at those keys come through the transaction instead
-    /// (its pending images: an inserted row is there, a deleted one gone, an updated one
-    /// new), each kept when it lies within the access path (its filters, partition and index
-    /// range); the scan's rows at those keys are skipped. Under a lock (FOR UPDATE, or
-    /// UPDATE and DELETE finding their rows) every row is read again under it, as above. The
-    /// transaction's rows come after the scan's, so an index range is not in index order
-    /// here (`run_plan` does not take the index's order when the transaction wrote the table).
-    async fn scan_overlaid(
+    /// The rows of a scan access path. A scan reads committed rows at the data nodes; inside
+    /// a transaction that wrote the keys `written` of the table, the rows at those keys come
+    /// through the transaction instead (its pending images: an inserted row is there, a
+    /// deleted one gone, an updated one new), each kept when it lies within the access path
+    /// (its filters, partition and index range), and the scan's rows at those keys are
+    /// skipped. `locking` (FOR UPDATE, or UPDATE and DELETE finding their rows inside a
+    /// transaction): the scan only finds the keys, and every row is read again under its lock
+    /// through the transaction. The transaction's rows come after the scan's, so an index
+    /// range is not in index order then (`run_plan` does not take the index's order when the
+    /// transaction wrote the table).
+    async fn scan_rows(
         &self,
         t: &TableRef,
         access: &Access,
         written: Vec<Vec<Value>>,
+        locking: bool,
         f: &mut impl FnMut(Vec<Value>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
         let (name, table) = (&t.table.spec.name, &t.table);
         let encode = |key: &[Value]| shoal_proto::codec::encode_key_ref(table, key).ok();
         let mine: std::collections::HashSet<Vec<u8>> = written.iter().filter_map(|k| encode(k)).collect();
-        let locking = self.read_lock() != shoal_client::LockMode::None;
         let mut keys = vec![];
         let mut stream = self.scan_stream(name, access);
         while let Some(row) = stream.next().await {
             let row = row.map_err(|e| cluster_err(&e, t))?;
+            if mine.is_empty() && !locking {
+                if !f(row)? {
+                    return Ok(());
+                }
+                continue;
+            }
             let key = table.key_of(&row);
             if encode(&key).is_some_and(|k| mine.contains(&k)) {
                 continue;
@@ -434,10 +412,10 @@ impl Session {
                 self.read_tables(plan, Some(scan)).await?;
                 let mut access = plan::choose(&scan.table, sp.filter.as_ref());
                 let mut run = SelectRun::new(sp, None);
-                // A transaction's own writes come after the scan's rows (`scan_overlaid`):
+                // A transaction's own writes come after the scan's rows (`scan_rows`):
                 // then the run sorts them itself.
-                let own_writes = matches!(access, Access::Range(..))
-                    && !self.txn_written(&scan.table.table.spec.name).await.is_empty();
+                let own_writes =
+                    matches!(access, Access::Range(..)) && self.txn_wrote(&scan.table.table.spec.name).await;
                 if let Some(ordered) = index_order(sp, &scan.table, &access).filter(|_| !own_writes) {
                     access = ordered;
                     run.presorted();
@@ -1514,7 +1492,7 @@ pub(crate) fn index_order(sp: &crate::sql::query::SelectPlan, t: &TableRef, acce
 }
 
 /// Whether a row read by key lies within a scan access path: it passes the path's filters
-/// and is in its partition and index range (see `Session::scan_overlaid`).
+/// and is in its partition and index range (see `Session::scan_rows`).
 fn within(table: &shoal_proto::Table, access: &Access, row: &[Value]) -> bool {
     let in_partition = |p: u32| shoal_proto::codec::partition_of_key(table, &table.key_of(row)) == p;
     let passes = |filters: &[shoal_proto::filter::Filter]| filters.iter().all(|f| f.matches(row));

@@ -1084,13 +1084,7 @@ impl Session {
         if pk_defs > 1 {
             return Err(SqlError::new(code::MULTIPLE_PRI_KEY, "Multiple primary key defined"));
         }
-        let autos: Vec<usize> = columns.iter().enumerate().filter(|(_, c)| c.auto_increment).map(|(i, _)| i).collect();
-        if autos.len() > 1 || (autos.len() == 1 && pk != vec![autos[0] as u32]) {
-            return Err(SqlError::new(
-                code::WRONG_AUTO_KEY,
-                "Incorrect table definition; there can be only one auto column and it must be the whole primary key",
-            ));
-        }
+        check_auto_key(columns.iter().map(|c| c.auto_increment), &pk)?;
         for &k in &pk {
             if columns[k as usize].ty == ColumnType::Float {
                 return Err(SqlError::not_supported("FLOAT/DOUBLE primary key columns"));
@@ -1410,6 +1404,19 @@ pub(crate) fn index_of_constraint(c: &TableConstraint) -> Option<(Option<String>
         }
         _ => None,
     }
+}
+
+/// At most one AUTO_INCREMENT column (`auto`: per column, whether it is one), and it is the
+/// whole primary key `pk` (MySQL's 1075).
+pub(crate) fn check_auto_key(auto: impl Iterator<Item = bool>, pk: &[u32]) -> SqlResult<()> {
+    let autos: Vec<u32> = auto.zip(0..).filter_map(|(a, i)| a.then_some(i)).collect();
+    if autos.len() > 1 || (autos.len() == 1 && pk != autos.as_slice()) {
+        return Err(SqlError::new(
+            code::WRONG_AUTO_KEY,
+            "Incorrect table definition; there can be only one auto column and it must be the whole primary key",
+        ));
+    }
+    Ok(())
 }
 
 /// The columns of a primary key (no prefixes).

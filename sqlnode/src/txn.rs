@@ -6,7 +6,7 @@
 //! own writes; reads under FOR UPDATE / FOR SHARE (and the reads UPDATE and DELETE make to find
 //! their rows) lock what they return. A scan reads committed rows at the data nodes; inside a
 //! transaction that wrote the table, the rows at the keys it wrote come through the
-//! transaction instead (`Session::scan_overlaid`), so every read sees its own writes, as in
+//! transaction instead (`Session::scan_rows`), so every read sees its own writes, as in
 //! MySQL. When the cluster rolls the transaction back
 //! (error 1213) the session's transaction is gone, as in MySQL; a lock wait timeout (1205)
 //! fails the statement and leaves the transaction open. Outside a transaction each statement
@@ -69,9 +69,14 @@ impl Session {
     }
 
     /// The primary keys of `table` the session's open transaction wrote (empty outside one):
-    /// a scan lays the transaction's rows at those keys over its own (`Session::scan_overlaid`).
+    /// a scan lays the transaction's rows at those keys over its own (`Session::scan_rows`).
     pub(crate) async fn txn_written(&self, table: &str) -> Vec<Vec<Value>> {
         self.txn.lock().await.as_ref().map(|t| t.written_keys(table)).unwrap_or_default()
+    }
+
+    /// Whether the session's open transaction wrote `table`.
+    pub(crate) async fn txn_wrote(&self, table: &str) -> bool {
+        self.txn.lock().await.as_ref().is_some_and(|t| t.has_written(table))
     }
 
     /// Key operations: through the open transaction (reads with the statement's lock), or each
