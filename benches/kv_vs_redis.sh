@@ -13,9 +13,14 @@
 # the medians with the range of the rounds' ratios: on a noisy host one run moves by a quarter
 # or more, enough to turn a ratio's verdict.
 #
-#   benches/kv_vs_redis.sh [seconds per shoal run, default 10] [ROUNDS, default 1]
+# With --machine-polls the whole run, Redis's included, holds the CPU latency request that
+# Shoal's nodes hold only while they are busy (`machine_polls` in lib.sh).
+#
+#   benches/kv_vs_redis.sh [--machine-polls] [seconds per shoal run, default 10] [ROUNDS, default 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+POLLS=""
+[ "${1:-}" = --machine-polls ] && { POLLS=1; shift; }
 SECS=${1:-10}
 ROUNDS=${2:-1}
 KEYS=10000
@@ -29,11 +34,13 @@ SHOAL=target/release/shoal
 work=$(mktemp -d)
 redis_pid=""
 cleanup() {
+  [ -n "${poll_pid:-}" ] && kill "$poll_pid" 2>/dev/null || true
   [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
   [ -n "${up_pid:-}" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
+[ -n "$POLLS" ] && machine_polls
 
 # --- Redis ---
 rport=$(free_port)
@@ -73,6 +80,7 @@ row() { # label clients shoal_args redis_args: one table row, medians over the r
   local runs="" errors=0 s_ops s_p99 s_err r_ops r_p99
   for _ in $(seq "$ROUNDS"); do
     read -r s_ops s_p99 s_err < <(shoal_run $3)
+    peer_unpolled
     read -r r_ops r_p99 < <(redis_run $4)
     runs+="$s_ops $s_p99 $r_ops $r_p99;"
     errors=$(( errors + s_err ))
@@ -109,3 +117,4 @@ done
 echo
 echo "Shoal: 1 node group x 2 replicas, every write on both replicas before the ack; keys $KEYS, values $VALUE B."
 echo "Redis: one server, no persistence, no replica. Machine: $(nproc) cores, all processes on it."
+if [ -n "$POLLS" ]; then echo "Idle CPUs polled for the whole run, Redis's included (--machine-polls)."; fi

@@ -21,9 +21,43 @@ bench_workdir() {
   trap bench_cleanup EXIT
 }
 bench_cleanup() {
+  [ -n "${poll_pid:-}" ] && kill "$poll_pid" 2>/dev/null || true
   [ -n "$mdb_pid" ] && kill "$mdb_pid" 2>/dev/null && wait "$mdb_pid" 2>/dev/null || true
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
   rm -rf "$work"
+}
+
+# machine_polls holds a CPU latency request of 0 µs (/dev/cpu_dma_latency) until the script
+# ends (bench_cleanup, or the caller's own trap killing $poll_pid): every process on the machine
+# then runs with idle CPUs that poll instead of halting, the peer included. The control for
+# Shoal's `poll_idle_cpus` (ARCHITECTURE.md, "Idle CPUs"), which holds the same request only
+# while a Shoal node is busy. Needs root.
+machine_polls() {
+  python3 -c 'import os, signal, struct
+fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+os.write(fd, struct.pack("i", 0))
+signal.pause()' &
+  poll_pid=$!
+  sleep 0.2
+  kill -0 "$poll_pid" 2>/dev/null || { echo "cannot hold a CPU latency request (/dev/cpu_dma_latency)" >&2; exit 1; }
+}
+
+# peer_unpolled waits (at most 3 s) until no process holds a CPU latency request, so that a peer's
+# run does not start on idle CPUs that a Shoal node, busy a moment ago, still keeps polling
+# (it lets go after a quiet second): without it, Redis's 1-client runs ran 5 times as fast
+# straight after Shoal's. A no-op under machine_polls. Where the device cannot be read (not
+# root) it waits the 3 s.
+peer_unpolled() {
+  [ -n "${poll_pid:-}" ] && return 0
+  python3 -c 'import struct, time
+for _ in range(30):
+    try:
+        with open("/dev/cpu_dma_latency", "rb") as f:
+            if struct.unpack("i", f.read(4))[0] > 0:
+                break
+    except OSError:
+        pass
+    time.sleep(0.1)'
 }
 
 # A TCP port nothing listens on now.

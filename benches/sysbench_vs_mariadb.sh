@@ -15,12 +15,16 @@
 # With --socket sysbench reaches both servers through their Unix sockets instead of loopback
 # TCP (MySQL clients' default for `localhost`); as root on both, since a socket client logs in
 # from localhost.
+# With --machine-polls the whole run, MariaDB's included, holds the CPU latency request that
+# Shoal's nodes hold only while they are busy (`machine_polls` in lib.sh): the control that
+# shows how much of Shoal's lead that request alone is worth.
 #
-#   benches/sysbench_vs_mariadb.sh [--socket] [seconds measured per run, default 10] [ROUNDS, default 1]
+#   benches/sysbench_vs_mariadb.sh [--socket] [--machine-polls] [seconds measured per run, default 10] [ROUNDS, default 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SOCKET=""
+SOCKET="" POLLS=""
 [ "${1:-}" = --socket ] && { SOCKET=1; shift; }
+[ "${1:-}" = --machine-polls ] && { POLLS=1; shift; }
 SECS=${1:-10}
 ROUNDS=${2:-1}
 POINT_THREADS=(1 16 64 256 1024)
@@ -32,6 +36,7 @@ cargo build --release -q
 SHOAL=target/release/shoal
 
 bench_workdir
+[ -n "$POLLS" ] && machine_polls
 # 1024 client threads need as many file descriptors on both sides.
 ulimit -n 65536 2>/dev/null || true
 
@@ -46,6 +51,7 @@ one() {
   local kind=$1 t=$2 name=$3 sb r before
   shift 3
   before=$(cpu_jiffies)
+  [ "$name" = mariadb ] && peer_unpolled
   sb=(--db-driver=mysql "$@" --mysql-db=sbtest --tables=4 --table-size=10000 --threads="$t")
   if [ "$kind" = point ]; then
     r=$(sysbench_steady "$(warmup "$t")" "$SECS" oltp_point_select "${sb[@]}")
@@ -84,7 +90,7 @@ for _ in $(seq "$ROUNDS"); do
 done
 
 # The table: per point, the medians over the rounds (a single round: its numbers).
-python3 - "$work/shoal.txt" "$work/mariadb.txt" "$SOCKET" <<'PY'
+python3 - "$work/shoal.txt" "$work/mariadb.txt" "$SOCKET" "$POLLS" <<'PY'
 import statistics, sys
 def load(path):
     points = {}
@@ -95,7 +101,8 @@ def load(path):
 shoal, maria = load(sys.argv[1]), load(sys.argv[2])
 rounds = len(next(iter(shoal.values())))
 med = lambda runs, i: statistics.median(r[i] for r in runs)
-print("Transport: " + ("Unix sockets" if sys.argv[3] else "loopback TCP") + ".\n")
+print("Transport: " + ("Unix sockets" if sys.argv[3] else "loopback TCP") + "."
+      + (" Idle CPUs polled for the whole run, MariaDB's included (--machine-polls)." if sys.argv[4] else "") + "\n")
 print("| workload | threads | Shoal (p99 ms) | MariaDB (p99 ms) | Shoal / MariaDB |"
       + (" rounds' ratios |" if rounds > 1 else "") + " whole run: Shoal / MariaDB | steal %: Shoal / MariaDB |")
 print("|---|---|---|---|---|" + ("---|" if rounds > 1 else "") + "---|---|")

@@ -107,6 +107,7 @@ impl LocalCluster {
                     threads: share.max(1),
                     spin_us: shoal_proto::config::DEFAULT_DATANODE_SPIN_US,
                     await_spin_us: shoal_proto::config::DEFAULT_AWAIT_SPIN_US,
+                    poll_idle_cpus: true,
                 });
             }
         }
@@ -121,6 +122,7 @@ impl LocalCluster {
                     spread_after: shoal_proto::config::DEFAULT_SPREAD_AFTER,
                     spin_us: shoal_proto::config::DEFAULT_SQL_SPIN_US,
                     socket: socket_in(dir, 51 + i),
+                    poll_idle_cpus: true,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -530,3 +530,39 @@ fn a_data_node_stops_although_a_caller_went_silent() {
     eprintln!("data node 11 stopped {:?} after SIGTERM", t.elapsed());
     drop(silent);
 }
+
+/// Whether process `pid` holds a CPU latency request (`shoal_proto::idle_poll`) open.
+fn holds_latency_request(pid: u32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == std::path::Path::new("/dev/cpu_dma_latency")))
+}
+
+#[test]
+fn busy_nodes_keep_idle_cpus_polling_and_let_go_when_quiet() {
+    // Only where this process may write the device, as the nodes it starts would.
+    if let Err(e) = std::fs::File::options().write(true).open("/dev/cpu_dma_latency") {
+        eprintln!("skipped: cannot write /dev/cpu_dma_latency: {e}");
+        return;
+    }
+    let cluster = TestCluster::start(1, 2, 1);
+    let pids = |ids: &[u32]| ids.iter().map(|&id| cluster.pid(id).expect("node runs")).collect::<Vec<_>>();
+    let data_nodes = pids(&[11, 12]);
+    let bench = bench_verify(&cluster, 6);
+    let t = std::time::Instant::now();
+    while !data_nodes.iter().all(|&p| holds_latency_request(p)) && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let held = data_nodes.iter().map(|&p| holds_latency_request(p)).collect::<Vec<_>>();
+    eprintln!("under load after {:?}: data nodes hold the request: {held:?}", t.elapsed());
+    assert_eq!(held, [true, true], "busy data nodes hold the CPU latency request");
+    let text = finish(bench);
+    assert_eq!(field(&text, "lost"), 0.0);
+    // Quiet: each lets go after a second without work.
+    let t = std::time::Instant::now();
+    while data_nodes.iter().any(|&p| holds_latency_request(p)) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("quiet: let go after {:?}", t.elapsed());
+    assert!(!data_nodes.iter().any(|&p| holds_latency_request(p)), "quiet data nodes still hold the request");
+}

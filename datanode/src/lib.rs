@@ -55,10 +55,9 @@ pub fn main_entry() {
     let args = Args::parse();
     shoal_proto::logging::init("info", false);
     // A config that cannot be read fails in `run`, with the reason.
-    let (threads, spin_us, await_spin_us) = ClusterConfig::load(&args.config)
-        .ok()
-        .and_then(|c| c.datanode.iter().find(|d| d.id == args.id).map(|d| (d.threads, d.spin_us, d.await_spin_us)))
-        .unwrap_or((0, 0, 0));
+    let me = ClusterConfig::load(&args.config).ok().and_then(|c| c.datanode.into_iter().find(|d| d.id == args.id));
+    let (threads, spin_us, await_spin_us, poll_idle_cpus) =
+        me.map_or((0, 0, 0, false), |d| (d.threads, d.spin_us, d.await_spin_us, d.poll_idle_cpus));
     let workers = shoal_proto::config::worker_threads(threads);
     let builder = shoal_proto::config::runtime_builder(workers);
     let rt = match shoal_proto::spin::build(
@@ -71,6 +70,9 @@ pub fn main_entry() {
             std::process::exit(1);
         }
     };
+    if poll_idle_cpus {
+        rt.spawn(shoal_proto::idle_poll::while_busy());
+    }
     if let Err(e) = rt.block_on(run(args)) {
         tracing::error!("shoal-datanode failed: {e:#}");
         std::process::exit(1);

@@ -102,6 +102,7 @@ impl Sim {
                     threads: 0,
                     spin_us: 0,
                     await_spin_us: 0,
+                    poll_idle_cpus: false,
                 })
                 .collect(),
             sqlnode: vec![],

@@ -1016,6 +1016,7 @@ mod tests {
                     threads: 0,
                     spin_us: 0,
                     await_spin_us: 0,
+                    poll_idle_cpus: false,
                 });
             }
         }

@@ -59,6 +59,7 @@ fn config(mgmds: &[(NodeId, SocketAddr)]) -> ClusterConfig {
                 threads: 0,
                 spin_us: 0,
                 await_spin_us: 0,
+                poll_idle_cpus: false,
             })
             .collect(),
         sqlnode: vec![],

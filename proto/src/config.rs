@@ -160,6 +160,11 @@ pub struct DataNodeConfig {
     /// peer's answer and the machine's CPUs are not contended (0: never); see `crate::spin`.
     #[serde(default = "default_await_spin_us")]
     pub await_spin_us: u32,
+    /// While the node is busy, ask Linux to keep idle CPUs polling instead of halting (a CPU
+    /// latency request of 0 µs; needs write access to `/dev/cpu_dma_latency`); see
+    /// `crate::idle_poll`.
+    #[serde(default = "yes")]
+    pub poll_idle_cpus: bool,
 }
 
 /// A stateless SQL node: MySQL protocol in front of the cluster.
@@ -185,6 +190,9 @@ pub struct SqlNodeConfig {
     /// on the same machine; relative to the config file's directory. None: TCP only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// As a data node's `poll_idle_cpus`.
+    #[serde(default = "yes")]
+    pub poll_idle_cpus: bool,
 }
 
 /// The SQL node's default spin: with it, on 2 cores, sysbench ran 40–55% more point selects
@@ -223,6 +231,10 @@ pub const DEFAULT_AWAIT_SPIN_US: u32 = 100;
 
 fn default_await_spin_us() -> u32 {
     DEFAULT_AWAIT_SPIN_US
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_data_memory_mb() -> u64 {

@@ -15,6 +15,7 @@ pub mod filter;
 pub mod grpc;
 pub mod grpc_stream;
 pub mod hash;
+pub mod idle_poll;
 pub mod local_stream;
 #[cfg(feature = "logging")]
 pub mod logging;

@@ -61,6 +61,11 @@ pub fn note_work() {
     WORK.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Messages received in this process so far ([`note_work`]).
+pub fn work_so_far() -> u64 {
+    WORK.load(Ordering::Relaxed)
+}
+
 /// Bytes of calls this process served (see [`note_load`]).
 static LOAD: AtomicU64 = AtomicU64::new(0);
 

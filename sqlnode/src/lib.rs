@@ -119,6 +119,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .find(|s| s.id == args.id)
         .with_context(|| format!("node {} is not a [[sqlnode]] in {}", args.id, args.config.display()))?
         .clone();
+    if me.poll_idle_cpus {
+        tokio::spawn(shoal_proto::idle_poll::while_busy());
+    }
     let listen = shoal_proto::config::listen_addr(&me.mysql_addr);
     let socket = me.socket.as_deref().map(|s| shoal_proto::config::path_from_config(&args.config, s));
     let listeners = Listeners::bind(&listen, socket.as_deref()).await?;

@@ -314,6 +314,7 @@ mod tests {
                 threads: 0,
                 spin_us: 0,
                 await_spin_us: 0,
+                poll_idle_cpus: false,
             }],
             sqlnode: vec![],
         }
