@@ -22,7 +22,6 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The kernel's CPU latency request device.
@@ -36,53 +35,31 @@ pub const BUSY_MESSAGES: u64 = 200;
 /// Quiet periods before the request is let go: a pause of a second between bursts keeps it.
 pub const QUIET_PERIODS: u32 = 10;
 
-/// What the gate says to do after a period.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    Hold,
-    Release,
-    Keep,
-}
-
-/// Whether the request should be held, from the messages of each period.
-#[derive(Debug, Default)]
+/// Whether the request should be held, from the messages of each period: from a busy period
+/// until [`QUIET_PERIODS`] quiet ones have followed it.
+#[derive(Debug)]
 pub struct Gate {
-    held: bool,
+    /// Quiet periods since the last busy one.
     quiet: u32,
 }
 
-impl Gate {
-    pub fn after_period(&mut self, messages: u64) -> Step {
-        if messages >= BUSY_MESSAGES {
-            self.quiet = 0;
-            if self.held {
-                return Step::Keep;
-            }
-            self.held = true;
-            return Step::Hold;
-        }
-        if !self.held {
-            return Step::Keep;
-        }
-        self.quiet += 1;
-        if self.quiet < QUIET_PERIODS {
-            return Step::Keep;
-        }
-        self.held = false;
-        self.quiet = 0;
-        Step::Release
+impl Default for Gate {
+    /// Quiet from the start: nothing held until the first busy period.
+    fn default() -> Gate {
+        Gate { quiet: QUIET_PERIODS }
     }
 }
 
-/// Whether a [`while_busy`] runs in this process (the SQL node has several runtimes).
-static RUNNING: AtomicBool = AtomicBool::new(false);
-
-/// Holds the request while the process is busy, for as long as the runtime runs. Returns at
-/// once if another task of the process does it, and when the device cannot be opened.
-pub async fn while_busy() {
-    if RUNNING.swap(true, Ordering::Relaxed) {
-        return;
+impl Gate {
+    pub fn wants_held(&mut self, messages: u64) -> bool {
+        self.quiet = if messages >= BUSY_MESSAGES { 0 } else { self.quiet.saturating_add(1) };
+        self.quiet < QUIET_PERIODS
     }
+}
+
+/// Holds the request while the process is busy, for as long as the runtime runs (each node
+/// spawns it once). Returns when the device cannot be opened.
+pub async fn while_busy() {
     let mut gate = Gate::default();
     let mut held: Option<File> = None;
     let mut seen = crate::spin::work_so_far();
@@ -91,15 +68,10 @@ pub async fn while_busy() {
     loop {
         tick.tick().await;
         let now = crate::spin::work_so_far();
-        let messages = now.wrapping_sub(seen);
+        let want = gate.wants_held(now.wrapping_sub(seen));
         seen = now;
-        match gate.after_period(messages) {
-            Step::Keep => {}
-            Step::Release => {
-                held = None;
-                tracing::debug!("quiet: idle CPUs may halt again");
-            }
-            Step::Hold => match request_zero_latency() {
+        match (want, held.is_some()) {
+            (true, false) => match request_zero_latency() {
                 Ok(f) => {
                     held = Some(f);
                     tracing::debug!("busy: idle CPUs poll instead of halting");
@@ -109,8 +81,12 @@ pub async fn while_busy() {
                     return;
                 }
             },
+            (false, true) => {
+                held = None;
+                tracing::debug!("quiet: idle CPUs may halt again");
+            }
+            _ => {}
         }
-        debug_assert_eq!(held.is_some(), gate.held);
     }
 }
 
@@ -128,20 +104,20 @@ mod tests {
     #[test]
     fn holds_from_the_first_busy_period_and_lets_go_after_the_quiet_ones() {
         let mut g = Gate::default();
-        assert_eq!(g.after_period(0), Step::Keep);
-        assert_eq!(g.after_period(BUSY_MESSAGES - 1), Step::Keep);
-        assert_eq!(g.after_period(BUSY_MESSAGES), Step::Hold);
-        assert_eq!(g.after_period(5_000), Step::Keep);
+        assert!(!g.wants_held(0));
+        assert!(!g.wants_held(BUSY_MESSAGES - 1));
+        assert!(g.wants_held(BUSY_MESSAGES));
+        assert!(g.wants_held(5_000));
         // A pause shorter than the quiet periods keeps it, and starts the count again.
         for _ in 1..QUIET_PERIODS {
-            assert_eq!(g.after_period(3), Step::Keep);
+            assert!(g.wants_held(3));
         }
-        assert_eq!(g.after_period(BUSY_MESSAGES), Step::Keep);
+        assert!(g.wants_held(BUSY_MESSAGES));
         for _ in 1..QUIET_PERIODS {
-            assert_eq!(g.after_period(0), Step::Keep);
+            assert!(g.wants_held(0));
         }
-        assert_eq!(g.after_period(0), Step::Release);
-        assert_eq!(g.after_period(0), Step::Keep);
-        assert_eq!(g.after_period(BUSY_MESSAGES), Step::Hold);
+        assert!(!g.wants_held(0), "let go after the quiet periods");
+        assert!(!g.wants_held(0));
+        assert!(g.wants_held(BUSY_MESSAGES), "held again");
     }
 }
