@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Where the machine waits (issues 2 and 5): on a fresh local cluster under one load, one second
-# of the kernel's scheduler events (`perf sched record -a`), summed per task name: the CPU time
-# it ran, in how many slices, and how long it waited for a CPU after being woken ("sched
-# delay"), with the CPUs' idle time as the task `<idle>`. Throughput tables say how much is
-# lost; this says whether the work waits for a CPU (a long sched delay) or the CPUs wait for
-# work (idle). Earlier sessions rebuilt this by hand.
+# of the kernel's scheduler events (`perf sched record -a`, plus the wake-ups), summed per task
+# name: the CPU time it ran, in how many slices, and how long it waited for a CPU after being
+# woken ("sched delay"), with the CPUs' idle time as the task `<idle>`. Throughput tables say
+# how much is lost; this says whether the work waits for a CPU (a long sched delay) or the CPUs
+# wait for work (idle). Then the same recording's idle periods (`benches/idle_periods.py`):
+# each by the task that left the CPU, the one that took it next and what the other CPUs ran
+# meanwhile (whether the CPUs wait for work that one stage of the pipeline holds), and the
+# wake-ups that put a task on a busy CPU while another idled. Earlier sessions rebuilt both by
+# hand.
 #
 #   benches/sched_delays.sh [--bin DIR] [--edit SED] sysbench WORKLOAD THREADS
 #   benches/sched_delays.sh [--bin DIR] [--edit SED] kv CLIENTS WRITE_RATIO
@@ -26,7 +30,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ $# -eq 3 ] && { [ "$1" = sysbench ] || [ "$1" = kv ]; } || { sed -n '9,10p' "$0" >&2; exit 1; }
+[ $# -eq 3 ] && { [ "$1" = sysbench ] || [ "$1" = kv ]; } || { sed -n '13,14p' "$0" >&2; exit 1; }
 KIND=$1
 source benches/lib.sh
 need_packages perf:linux-perf
@@ -50,7 +54,7 @@ fi
 load=$!
 sleep 4
 data=$(mktemp --suffix=.perf-sched)
-perf sched record -a -o "$data" -- sleep 1 >/dev/null 2>&1
+perf sched record -a -e sched:sched_wakeup -o "$data" -- sleep 1 >/dev/null 2>&1
 wait "$load"
 grep -E 'queries:|transactions:|^ops ' "$work/load.out" || true
 echo "| task | ran (ms, summed over the CPUs) | slices | µs per slice | sched delay µs per slice |"
@@ -60,4 +64,5 @@ perf sched timehist -i "$data" 2>/dev/null | awk 'NR > 3 {
   END { for (t in ran) if (ran[t] >= 5)
     printf "| %s | %.0f | %d | %.1f | %.1f |\n", t, ran[t], slices[t], 1000 * ran[t] / slices[t], 1000 * delay[t] / slices[t] }' |
   sort -t'|' -k3 -rn
+perf script -i "$data" -F cpu,time,event,trace 2>/dev/null | python3 benches/idle_periods.py
 echo "recording: $data"
