@@ -23,7 +23,7 @@ def main():
     count = collections.Counter()
     beside = collections.Counter()
     misplaced = collections.Counter()
-    waiting = {}        # pid -> (woken at, placed on a busy CPU while another idled)
+    waiting = {}        # pid -> when it was woken onto a busy CPU while another idled
     waited = 0.0
     first = last = None
     for line in sys.stdin:
@@ -43,18 +43,15 @@ def main():
                 beside[(left, nxt, others)] += t - t0
             running[cpu] = nxt
             if pid in waiting:
-                woken, bad = waiting.pop(pid)
-                if bad:
-                    waited += t - woken
+                waited += t - waiting.pop(pid)
             continue
         m = wakeup.search(line)
         if m:
             t, comm, pid, target = float(m[2]), m[3], m[4], int(m[5])
-            bad = running.get(target, "idle") != "idle" and any(
-                v == "idle" for c, v in running.items() if c != target)
-            if bad:
+            if running.get(target, "idle") != "idle" and any(
+                    v == "idle" for c, v in running.items() if c != target):
                 misplaced[comm] += 1
-            waiting[pid] = (t, bad)
+                waiting[pid] = t
     cpus = max(len(running), 1)
     span = (last - first) * cpus if first is not None and last > first else 1.0
     total = sum(periods.values())

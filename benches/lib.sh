@@ -30,7 +30,7 @@ bench_cleanup() {
 # machine_polls holds a CPU latency request of 0 µs (/dev/cpu_dma_latency) until the script
 # ends (bench_cleanup, or the caller's own trap killing $poll_pid): every process on the machine
 # then runs with idle CPUs that poll instead of halting, the peer included. The control for
-# Shoal's `poll_idle_cpus` (ARCHITECTURE.md, "Idle CPUs"), which holds the same request only
+# Shoal's `poll_idle_cpus` (ARCHITECTURE.md, "Worker threads"), which holds the same request only
 # while a Shoal node is busy. Needs root.
 machine_polls() {
   python3 -c 'import os, signal, struct

@@ -546,8 +546,7 @@ fn busy_nodes_keep_idle_cpus_polling_and_let_go_when_quiet() {
         return;
     }
     let cluster = TestCluster::start(1, 2, 1);
-    let pids = |ids: &[u32]| ids.iter().map(|&id| cluster.pid(id).expect("node runs")).collect::<Vec<_>>();
-    let data_nodes = pids(&[11, 12]);
+    let data_nodes = [11, 12].map(|id| cluster.pid(id).expect("node runs"));
     let bench = bench_verify(&cluster, 6);
     let t = std::time::Instant::now();
     while !data_nodes.iter().all(|&p| holds_latency_request(p)) && t.elapsed() < Duration::from_secs(5) {
