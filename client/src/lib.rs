@@ -15,6 +15,7 @@ pub mod link;
 mod many_key;
 pub mod mgmd;
 mod read_many;
+mod replica_turns;
 mod txn;
 pub mod users;
 
@@ -244,6 +245,8 @@ struct Inner {
     /// Which replica of each node group is this client's home for lone key reads as the
     /// primary (`route`'s `spread`): random per client, so clients share the replicas.
     home: usize,
+    /// Whether reads that may go to any replica take turns or keep to `home` (`read_many_as`).
+    turns: replica_turns::ReplicaTurns,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -344,6 +347,7 @@ impl Client {
             retries: AtomicU64::new(0),
             spread: AtomicUsize::new(0),
             home: shoal_proto::hash::fmix64(nanos ^ 0x686f_6d65) as usize,
+            turns: replica_turns::ReplicaTurns::default(),
             watcher: Mutex::new(None),
         });
         let weak = Arc::downgrade(&inner);
