@@ -124,8 +124,14 @@ async fn acknowledged_write_reads_back_from_primary_and_every_replica() {
 
 /// Runs `shoal bench kv --verify` against the cluster and returns its output.
 fn bench_verify(cluster: &TestCluster, secs: u64) -> std::process::Child {
+    bench_verify_with(cluster, secs, &[])
+}
+
+/// [`bench_verify`] with further `shoal bench kv` options.
+fn bench_verify_with(cluster: &TestCluster, secs: u64, extra: &[&str]) -> std::process::Child {
     std::process::Command::new(common::SHOAL)
         .args(["bench", "kv", "--threads", "8", "--write-ratio", "0.5", "--keys", "2000", "--verify"])
+        .args(extra)
         .args(["--duration", &secs.to_string(), "--dir"])
         .arg(&cluster.dir)
         .stdout(std::process::Stdio::piped())
@@ -547,7 +553,9 @@ fn busy_nodes_keep_idle_cpus_polling_and_let_go_when_quiet() {
     }
     let cluster = TestCluster::start(1, 2, 1);
     let data_nodes = [11, 12].map(|id| cluster.pid(id).expect("node runs"));
-    let bench = bench_verify(&cluster, 6);
+    // Reads at each key's primary, so that both nodes serve reads whether or not the load
+    // generator's reads from any replica would keep to one (`replica_turns`).
+    let bench = bench_verify_with(&cluster, 6, &["--primary-reads"]);
     let t = std::time::Instant::now();
     while !data_nodes.iter().all(|&p| holds_latency_request(p)) && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(100));

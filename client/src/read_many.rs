@@ -162,36 +162,13 @@ impl Client {
         // replica, whichever the client measured to read more (`replica_turns`); a client with a
         // home replica for lone reads (the SQL node) takes turns with its many-key reads.
         let probed = read_backup && !self.inner.opts.home_replica;
-        if probed && self.inner.turns.home_now() {
-            let n = keys.len();
-            let out = self.read_placed(table, &map, t, keys, columns, self.inner.home, (read_backup, as_primary)).await;
-            self.inner.turns.read(n);
-            return out;
-        }
-        let spread = self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let n = keys.len();
-        let out = self.read_placed(table, &map, t, keys, columns, spread, (read_backup, as_primary)).await;
-        if probed {
-            self.inner.turns.read(n);
-        }
-        out
-    }
-
-    /// [`Client::read_many_as`] of `table`, known as `t` in `map`, with `spread` choosing among
-    /// the replicas that may answer.
-    #[allow(clippy::too_many_arguments)]
-    async fn read_placed(
-        &self,
-        table: &str,
-        map: &ClusterState,
-        t: &Table,
-        keys: Vec<Row>,
-        columns: &[u32],
-        spread: usize,
-        (read_backup, as_primary): (bool, bool),
-    ) -> Vec<OpOutcome> {
+        let spread = if probed && self.inner.turns.home_for(keys.len()) {
+            self.inner.home
+        } else {
+            self.inner.spread.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        };
         if let [key] = keys.as_slice() {
-            if let Some(row) = self.read_one(map, t, key, columns, spread, (read_backup, as_primary)).await {
+            if let Some(row) = self.read_one(&map, t, key, columns, spread, (read_backup, as_primary)).await {
                 return vec![row];
             }
             return self.read_again(table, t, &keys, &[0], columns).await;
@@ -200,7 +177,7 @@ impl Client {
         let mut slow: Vec<usize> = vec![];
         let mut routed = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
-            match place(map, t, key, read_backup, spread) {
+            match place(&map, t, key, read_backup, spread) {
                 Ok(Some((k, p, node))) => routed.push((i, k, p, node)),
                 Ok(None) => slow.push(i),
                 Err(e) => out[i] = Some(Err(e)),

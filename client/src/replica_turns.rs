@@ -24,17 +24,17 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 /// One slot of the probe, and the unit of the cycle.
-pub const SLOT: Duration = Duration::from_millis(50);
+const SLOT: Duration = Duration::from_millis(50);
 /// Slots at the start of each cycle that probe: turns in the even ones, home in the odd ones.
-pub const PROBE_SLOTS: u64 = 4;
+const PROBE_SLOTS: u64 = 4;
 /// Slots per cycle (2 s): the probe, then its verdict.
-pub const CYCLE_SLOTS: u64 = 40;
+const CYCLE_SLOTS: u64 = 40;
 /// How many more keys home must read than turns for the cycle to keep home. Where neither wins
 /// by much, slots differ by several percent from the machine's noise alone; at 3% the probe
 /// picked home now and then where taking turns read more (16 clients' 16-key reads: −5%).
-pub const DECISIVE: f64 = 0.1;
+const DECISIVE: f64 = 0.1;
 /// Keys below which a probe's half says nothing (too few calls to compare): turns.
-pub const PROBE_MIN_KEYS: u64 = 200;
+const PROBE_MIN_KEYS: u64 = 200;
 
 /// The measuring state, shared by every caller of one client.
 pub struct ReplicaTurns {
@@ -76,8 +76,11 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl ReplicaTurns {
-    /// Whether a read starting now keeps to the home replica.
-    pub fn home_now(&self) -> bool {
+    /// Whether a read of `keys` keys starting now keeps to the home replica; counts them in the
+    /// slot it starts in (in a closed loop the calls a slot starts are those its answers let
+    /// start, so starts measure the rate as well as completions and need no second call).
+    pub fn home_for(&self, keys: usize) -> bool {
+        self.keys.fetch_add(keys as u64, Ordering::Relaxed);
         let now = nanos(self.origin.elapsed());
         if now >= self.slot_end.load(Ordering::Relaxed) {
             if let Some(mut steer) = self.steer.try_lock() {
@@ -85,11 +88,6 @@ impl ReplicaTurns {
             }
         }
         self.home.load(Ordering::Relaxed)
-    }
-
-    /// Notes that a read of `keys` keys finished.
-    pub fn read(&self, keys: usize) {
-        self.keys.fetch_add(keys as u64, Ordering::Relaxed);
     }
 
     /// Ends the slot that ended by `now` (nanoseconds since `origin`), under the lock.
@@ -187,7 +185,7 @@ mod tests {
         let t = ReplicaTurns::default();
         let slot = nanos(SLOT);
         // Probe slot 1 (home) begins after a busy first slot.
-        t.read(500);
+        t.keys.store(500, Ordering::Relaxed);
         t.next_slot(&mut t.steer.lock(), slot + 1);
         assert!(t.home.load(Ordering::Relaxed));
         assert_eq!(t.steer.lock().slot, 1);
